@@ -1,0 +1,34 @@
+// Package testserver starts real Redis and ZooKeeper servers for coordkit's
+// tests and benchmarks, and injects faults into them.
+//
+// Every server runs as a child process on a free 127.0.0.1 port in a
+// temporary directory, and is stopped by its PID: by Close, by the test's
+// Cleanup, and (through PR_SET_PDEATHSIG) by the kernel if the test binary
+// itself dies. Nothing is ever looked up or killed by name.
+//
+// Servers:
+//
+//   - Redis: one redis-server without persistence by default (AOF optional);
+//     Kill, Pause/Resume (SIGSTOP/SIGCONT), Restart on the same port with or
+//     without its data, Snapshot and RestartFromSnapshot (an older RDB).
+//   - StartRedisMasters: N independent masters (for Redlock).
+//   - RedisCluster: three cluster-enabled masters with all 16384 slots
+//     assigned; it returns once every node reports cluster_state:ok.
+//   - RedisSentinel: a master, one replica and one Sentinel monitoring them;
+//     its client is a failover client, and Failover promotes the replica.
+//   - ZooKeeper: Debian's zookeeper jars started with QuorumPeerMain, alone or
+//     as a 3-node ensemble on loopback; per node Kill and Restart. Dial
+//     returns a connection routed through a Proxy per server, so that
+//     ZKConn.Expire can expire its session for real (by partitioning it for
+//     longer than the session timeout).
+//   - Proxy: a TCP fault proxy between a client and any server: pass, added
+//     latency, dropping new connections, cutting existing ones, and
+//     black-holing (connections accepted, bytes never delivered).
+//
+// Constructors come in two forms: StartX(t, ...) fails the test on error and
+// registers Close with t.Cleanup; NewX(...) returns an error and leaves Close
+// to the caller (TestMain and the bench program use these).
+//
+// A missing redis-server, java or ZooKeeper jar is an error that names the
+// command that installs it (see InstallHint); tests never skip silently.
+package testserver

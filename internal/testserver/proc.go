@@ -1,0 +1,208 @@
+package testserver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// InstallHint is the command that installs every binary this package needs on
+// a Debian machine.
+const InstallHint = "apt-get update && apt-get install -y redis-server redis-sentinel zookeeper (or: make deps)"
+
+// ErrMissingBinary is returned when a server binary or jar is not installed.
+var ErrMissingBinary = errors.New("testserver: server binary not installed; install with: " + InstallHint)
+
+// process is one child process. Its methods are safe for concurrent use.
+type process struct {
+	name string
+	bin  string
+	args []string
+	dir  string
+	log  string
+
+	mu   sync.Mutex // protects cmd and done
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited and been reaped
+}
+
+func (p *process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("testserver: %s already running (pid %d)", p.name, p.cmd.Process.Pid)
+		}
+	}
+	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Dir = p.dir
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	// Pdeathsig: the kernel kills the server if the test binary dies first.
+	// Setpgid: a ^C in the terminal reaches the test, not the servers.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("testserver: start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	p.cmd, p.done = cmd, done
+	return nil
+}
+
+// running reports whether the process was started and has not exited.
+func (p *process) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+func (p *process) exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return p.done
+}
+
+func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("testserver: %s not started", p.name)
+	}
+	select {
+	case <-p.done:
+		return fmt.Errorf("testserver: %s (pid %d) has exited", p.name, p.cmd.Process.Pid)
+	default:
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// kill sends SIGKILL to the process by its PID and waits until it is reaped.
+// Killing a process that already exited is not an error.
+func (p *process) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// logTail returns the last lines of the process's log, for error messages.
+func (p *process) logTail() string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// tempDir makes a fresh directory for one server.
+func tempDir(prefix string) (string, error) {
+	return os.MkdirTemp("", "coordkit-"+prefix+"-")
+}
+
+// clearDir removes everything inside dir but keeps dir and keepers.
+func clearDir(dir string, keep ...string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+outer:
+	for _, e := range ents {
+		for _, k := range keep {
+			if e.Name() == k {
+				continue outer
+			}
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitFor polls ready every 20 ms until it returns nil, the process exits,
+// or timeout passes.
+func waitFor(p *process, timeout time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var last error
+	for {
+		if last = ready(); last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testserver: %s not ready after %v: %v\n%s", p.name, timeout, last, p.logTail())
+		}
+		select {
+		case <-p.exited():
+			return fmt.Errorf("testserver: %s exited during start-up: %v\n%s", p.name, last, p.logTail())
+		case <-t.C:
+		}
+	}
+}
