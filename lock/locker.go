@@ -1,0 +1,82 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// Locker obtains leases on keys. *Client (Redis), redlock.Client and
+// zklock.Client implement it, so Do works with each of them.
+type Locker interface {
+	// Obtain blocks until key is held by the caller, ctx ends, or an error
+	// occurs. When ctx ends while waiting the error is
+	// errors.Join(ErrNotObtained, ctx.Err()). If ctx carries an owner (see
+	// WithOwner) that already holds key, Obtain re-enters and returns a lease
+	// with the same fencing token.
+	Obtain(ctx context.Context, key string, opts ...Option) (Lease, error)
+	// TryObtain makes one attempt and returns ErrNotObtained if another
+	// owner holds key.
+	TryObtain(ctx context.Context, key string, opts ...Option) (Lease, error)
+}
+
+// Lease is one level of hold on a key.
+type Lease interface {
+	// Key returns the key the lease holds.
+	Key() string
+	// Token returns the fencing token: strictly larger for every new
+	// (non-reentrant) acquisition of the key, the same on re-entry.
+	Token() int64
+	// Lost returns a channel that is closed once the lock is no longer known
+	// to be held (expired, deleted, session lost, renewal failing for a TTL).
+	// It is not closed by Release.
+	Lost() <-chan struct{}
+	// Release drops one level of reentrancy; the outermost release frees the
+	// key. It returns ErrNotHeld if the lock was no longer held. Releasing a
+	// lease twice returns ErrNotHeld the second time.
+	Release(ctx context.Context) error
+}
+
+// Option configures one Obtain or TryObtain call.
+type Option func(*ObtainOptions)
+
+// ObtainOptions is the resolved form of a call's Options. Implementations of
+// Locker read it with Apply; callers use the With… functions.
+type ObtainOptions struct {
+	// TTL is the lease's time to live between renewals; 0 means the
+	// implementation's default. Ignored by locks that do not expire
+	// (zklock, whose holder lives as long as its session).
+	TTL time.Duration
+	// MaxHold bounds how long the watchdog keeps renewing the lease; 0 means
+	// for as long as it is held. After MaxHold the lease expires TTL later
+	// unless released, and Lost() closes.
+	MaxHold time.Duration
+	// Retry, if not nil, replaces notification-driven waiting by fixed
+	// delays: attempt n (from 1) waits Retry(n) before trying again.
+	Retry func(attempt int) time.Duration
+}
+
+// Apply resolves opts, in order, into an ObtainOptions.
+func Apply(opts []Option) ObtainOptions {
+	var o ObtainOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+// WithTTL sets the lease's time to live. Default: the Locker's default TTL
+// (30 s for the Redis lock, as Redisson's watchdog timeout).
+func WithTTL(d time.Duration) Option { return func(o *ObtainOptions) { o.TTL = d } }
+
+// WithMaxHold stops the watchdog renewing the lease after d, so a stuck
+// holder cannot keep the lock forever. Default: 0, renew until released.
+func WithMaxHold(d time.Duration) Option { return func(o *ObtainOptions) { o.MaxHold = d } }
+
+// WithRetry waits retry(attempt) between attempts instead of waiting for the
+// holder's release notification. Default: nil, wait for notification (with
+// the holder's remaining TTL as the bound of each wait).
+func WithRetry(retry func(attempt int) time.Duration) Option {
+	return func(o *ObtainOptions) { o.Retry = retry }
+}
