@@ -241,4 +241,3 @@ func (p *Proxy) waitOpen(pc *proxyConn) bool {
 		p.cond.Wait()
 	}
 }
-
