@@ -175,7 +175,9 @@ func (s *RedisSentinel) MasterAddr(ctx context.Context) (string, error) {
 }
 
 // Failover asks the Sentinel to promote the replica and waits until it
-// reports the new master.
+// reports the new master, the new master says role:master and the old one,
+// if alive, has been turned into its replica (so no write can still land on
+// the old master and be lost).
 func (s *RedisSentinel) Failover(ctx context.Context) error {
 	before, err := s.MasterAddr(ctx)
 	if err != nil {
@@ -188,7 +190,8 @@ func (s *RedisSentinel) Failover(ctx context.Context) error {
 	}
 	for {
 		now, err := s.MasterAddr(ctx)
-		if err == nil && now != before {
+		if err == nil && now != before && s.role(ctx, now) == "master" &&
+			s.role(ctx, before) != "master" {
 			return nil
 		}
 		select {
@@ -197,6 +200,18 @@ func (s *RedisSentinel) Failover(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// role returns the ROLE of the server at addr ("" if it does not answer).
+func (s *RedisSentinel) role(ctx context.Context, addr string) string {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	v, err := c.Do(ctx, "ROLE").Slice()
+	if err != nil || len(v) == 0 {
+		return ""
+	}
+	r, _ := v[0].(string)
+	return r
 }
 
 // Close kills the Sentinel, the replica and the master. It is idempotent.
