@@ -29,7 +29,9 @@ type RedisSentinel struct {
 func NewRedisSentinel() (*RedisSentinel, error) {
 	s := &RedisSentinel{}
 	var err error
-	if s.master, err = NewRedis(); err != nil {
+	// Diskless sync without the default 5 s delay: the replica is in sync
+	// within milliseconds.
+	if s.master, err = NewRedis(WithRedisArgs("--repl-diskless-sync-delay", "0")); err != nil {
 		return nil, err
 	}
 	if s.replica, err = newRedis(redisOptions{startup: 10 * time.Second},
@@ -37,13 +39,20 @@ func NewRedisSentinel() (*RedisSentinel, error) {
 		s.Close()
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Start the Sentinel only once the replica is in sync: it discovers
+	// replicas from the master's INFO, which it reads at once and then only
+	// every 10 s.
+	if err = s.waitReady(ctx, s.replicaInSync); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err = s.startSentinel(); err != nil {
 		s.Close()
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err = s.waitReady(ctx); err != nil {
+	if err = s.waitReady(ctx, s.sentinelKnowsReplica); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -99,9 +108,9 @@ sentinel parallel-syncs %s 1
 	return last
 }
 
-func (s *RedisSentinel) waitReady(ctx context.Context) error {
+func (s *RedisSentinel) waitReady(ctx context.Context, ready func(context.Context) error) error {
 	for {
-		err := s.ready(ctx)
+		err := ready(ctx)
 		if err == nil {
 			return nil
 		}
@@ -113,7 +122,7 @@ func (s *RedisSentinel) waitReady(ctx context.Context) error {
 	}
 }
 
-func (s *RedisSentinel) ready(ctx context.Context) error {
+func (s *RedisSentinel) replicaInSync(ctx context.Context) error {
 	m := redis.NewClient(&redis.Options{Addr: s.master.Addr(), MaxRetries: -1})
 	defer m.Close()
 	info, err := m.Info(ctx, "replication").Result()
@@ -123,16 +132,23 @@ func (s *RedisSentinel) ready(ctx context.Context) error {
 	if !strings.Contains(info, "connected_slaves:1") || !strings.Contains(info, "state=online") {
 		return fmt.Errorf("replica not in sync yet")
 	}
+	return nil
+}
+
+func (s *RedisSentinel) sentinelKnowsReplica(ctx context.Context) error {
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.sentinel.Addr(), MaxRetries: -1})
 	defer sc.Close()
 	reps, err := sc.Replicas(ctx, SentinelMaster).Result()
 	if err != nil {
 		return err
 	}
-	if len(reps) == 0 {
-		return fmt.Errorf("sentinel has not discovered the replica yet")
+	// A replica is good to promote once the Sentinel has read its INFO.
+	for _, r := range reps {
+		if r["flags"] == "slave" && r["master-link-status"] == "ok" {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("sentinel has not discovered a healthy replica yet: %v", reps)
 }
 
 // Master returns the server that was started as master.
@@ -190,9 +206,16 @@ func (s *RedisSentinel) Failover(ctx context.Context) error {
 	}
 	for {
 		now, err := s.MasterAddr(ctx)
-		if err == nil && now != before && s.role(ctx, now) == "master" &&
-			s.role(ctx, before) != "master" {
-			return nil
+		if err == nil && now != before && s.role(ctx, now) == "master" {
+			// The Sentinel turns the old master into a replica only when it
+			// next reads its INFO (up to 10 s); do what it will do now.
+			if s.role(ctx, before) == "master" {
+				host, port, _ := strings.Cut(now, ":")
+				s.replicaOf(ctx, before, host, port)
+			}
+			if s.role(ctx, before) != "master" {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -212,6 +235,12 @@ func (s *RedisSentinel) role(ctx context.Context, addr string) string {
 	}
 	r, _ := v[0].(string)
 	return r
+}
+
+func (s *RedisSentinel) replicaOf(ctx context.Context, addr, host, port string) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	c.ReplicaOf(ctx, host, port)
 }
 
 // Close kills the Sentinel, the replica and the master. It is idempotent.
