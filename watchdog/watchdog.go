@@ -1,0 +1,226 @@
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+var (
+	// ErrNotHeld is what a Renew function returns (or wraps) when the server
+	// answers that the lease is no longer held; the lease is lost at once.
+	ErrNotHeld = errors.New("watchdog: lease not held")
+	// ErrExpired is the cause of a loss after renewals kept failing for a
+	// whole TTL.
+	ErrExpired = errors.New("watchdog: lease expired while renewals failed")
+	// ErrMaxHold is the cause of a loss after MaxHold, when renewals stopped.
+	ErrMaxHold = errors.New("watchdog: maximum hold time reached")
+)
+
+// MinTTL is the smallest TTL Start accepts: shorter leases cannot be renewed
+// reliably over a network.
+const MinTTL = 10 * time.Millisecond
+
+// Config describes one lease to keep alive.
+type Config struct {
+	// TTL is the time to live each successful renewal gives the lease.
+	// Required, at least MinTTL.
+	TTL time.Duration
+	// Interval is the time between renewals. Default: TTL/3.
+	Interval time.Duration
+	// Renew extends the lease by TTL. It returns nil on success and an error
+	// matching ErrNotHeld when the lease is no longer held; any other error
+	// is a failure that is retried. Required.
+	Renew func(ctx context.Context) error
+	// MaxHold stops renewals once it has passed since Start. Default: 0,
+	// renew until Stop.
+	MaxHold time.Duration
+	// Renewed, if set, is called after each renewal with its result (for
+	// metrics). It must not block.
+	Renewed func(err error)
+	// LastRenewed is when the lease was last extended before Start (e.g.
+	// the start of the acquisition request). Default: Now() at Start.
+	LastRenewed time.Time
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// Watchdog renews one lease. Its methods are safe for concurrent use.
+type Watchdog struct {
+	cfg    Config
+	lost   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	cancel context.CancelFunc
+
+	mu       sync.Mutex // protects err, stopping
+	err      error
+	stopping bool
+}
+
+// Start validates cfg and starts the renewal loop. The caller must end it
+// with Stop or Lose.
+func Start(cfg Config) (*Watchdog, error) {
+	if cfg.Renew == nil {
+		return nil, errors.New("watchdog: nil Renew function")
+	}
+	if cfg.TTL < MinTTL {
+		return nil, fmt.Errorf("watchdog: TTL %v below the minimum %v", cfg.TTL, MinTTL)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = cfg.TTL / 3
+	}
+	if cfg.Interval >= cfg.TTL {
+		return nil, fmt.Errorf("watchdog: interval %v not below the TTL %v", cfg.Interval, cfg.TTL)
+	}
+	if cfg.MaxHold < 0 {
+		return nil, fmt.Errorf("watchdog: negative MaxHold %v", cfg.MaxHold)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LastRenewed.IsZero() {
+		cfg.LastRenewed = cfg.Now()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Watchdog{
+		cfg:    cfg,
+		lost:   make(chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		cancel: cancel,
+	}
+	go w.loop(ctx) // owned by w: Stop and Lose end it and wait for it
+	return w, nil
+}
+
+// Lost returns a channel that is closed when the lease is lost. Stop does
+// not close it.
+func (w *Watchdog) Lost() <-chan struct{} { return w.lost }
+
+// Err returns the cause of the loss, or nil while the lease is not lost.
+func (w *Watchdog) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Stop ends renewals without reporting loss and waits until the loop (and
+// any renewal in flight) has returned. It is idempotent.
+func (w *Watchdog) Stop() { w.end(nil) }
+
+// Lose reports the lease lost with cause (unless it already was), ends
+// renewals and waits like Stop.
+func (w *Watchdog) Lose(cause error) {
+	if cause == nil {
+		cause = errors.New("watchdog: lease abandoned")
+	}
+	w.end(cause)
+}
+
+func (w *Watchdog) end(cause error) {
+	w.mu.Lock()
+	if cause != nil {
+		w.loseLocked(cause)
+	}
+	if !w.stopping {
+		w.stopping = true
+		close(w.stop)
+	}
+	w.mu.Unlock()
+	<-w.done
+}
+
+// lose records cause and closes lost, once.
+func (w *Watchdog) lose(cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.loseLocked(cause)
+}
+
+func (w *Watchdog) loseLocked(cause error) {
+	if w.err == nil {
+		w.err = cause
+		close(w.lost)
+	}
+}
+
+func (w *Watchdog) loop(ctx context.Context) {
+	defer close(w.done)
+	defer w.cancel()
+
+	cfg := w.cfg
+	start := cfg.Now()
+	lastOK := cfg.LastRenewed
+	var lastErr error
+	next := lastOK.Add(cfg.Interval)
+
+	type result struct {
+		at  time.Time
+		err error
+	}
+	res := make(chan result, 1) // at most one renewal in flight
+	inflight := false
+	defer func() {
+		if inflight { // the renewal in flight ends once its ctx is cancelled
+			w.cancel()
+			<-res
+		}
+	}()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := cfg.Now()
+		deadline := lastOK.Add(cfg.TTL)
+		maxed := cfg.MaxHold > 0 && !now.Before(start.Add(cfg.MaxHold))
+		if !now.Before(deadline) {
+			switch {
+			case maxed:
+				w.lose(ErrMaxHold)
+			case lastErr != nil:
+				w.lose(fmt.Errorf("%w: %w", ErrExpired, lastErr))
+			default:
+				w.lose(ErrExpired)
+			}
+			return
+		}
+		if !inflight && !maxed && !now.Before(next) {
+			inflight = true
+			at := now
+			rctx, rcancel := context.WithTimeout(ctx, deadline.Sub(now))
+			go func() { // owned by loop: it waits for res before returning
+				defer rcancel()
+				res <- result{at, cfg.Renew(rctx)}
+			}()
+		}
+		wake := deadline
+		if !inflight && !maxed && next.Before(wake) {
+			wake = next
+		}
+		timer.Reset(max(wake.Sub(now), 0))
+		select {
+		case <-w.stop:
+			return
+		case r := <-res:
+			inflight = false
+			if cfg.Renewed != nil {
+				cfg.Renewed(r.err)
+			}
+			switch {
+			case r.err == nil:
+				lastOK, lastErr = r.at, nil
+				next = r.at.Add(cfg.Interval)
+			case errors.Is(r.err, ErrNotHeld):
+				w.lose(r.err)
+				return
+			default:
+				lastErr = r.err
+				next = cfg.Now().Add(max(cfg.Interval/3, time.Millisecond))
+			}
+		case <-timer.C:
+		}
+	}
+}

@@ -1,0 +1,254 @@
+package watchdog_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start starts a watchdog and stops it when the test ends.
+func start(t *testing.T, cfg watchdog.Config) *watchdog.Watchdog {
+	t.Helper()
+	w, err := watchdog.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func waitLost(t *testing.T, w *watchdog.Watchdog, within time.Duration) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	select {
+	case <-w.Lost():
+		return time.Since(begin)
+	case <-time.After(within):
+		t.Fatalf("lease not lost within %v", within)
+		return 0
+	}
+}
+
+func TestStartRejectsBadConfig(t *testing.T) {
+	renew := func(context.Context) error { return nil }
+	tests := []struct {
+		name string
+		cfg  watchdog.Config
+	}{
+		{"nil renew", watchdog.Config{TTL: time.Second}},
+		{"zero TTL", watchdog.Config{Renew: renew}},
+		{"TTL below minimum", watchdog.Config{TTL: time.Millisecond, Renew: renew}},
+		{"interval not below TTL", watchdog.Config{TTL: time.Second, Interval: time.Second, Renew: renew}},
+		{"negative max hold", watchdog.Config{TTL: time.Second, Renew: renew, MaxHold: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if w, err := watchdog.Start(tt.cfg); err == nil {
+				w.Stop()
+				t.Fatal("Start accepted a bad config")
+			}
+		})
+	}
+}
+
+func TestRenewsEveryThirdOfTTL(t *testing.T) {
+	var n atomic.Int32
+	w := start(t, watchdog.Config{TTL: 90 * time.Millisecond, Renew: func(context.Context) error {
+		n.Add(1)
+		return nil
+	}})
+	time.Sleep(400 * time.Millisecond)
+	select {
+	case <-w.Lost():
+		t.Fatalf("lost while renewals succeed: %v", w.Err())
+	default:
+	}
+	// 400 ms / 30 ms ≈ 13 renewals; a loaded machine delays some.
+	if got := n.Load(); got < 5 || got > 14 {
+		t.Fatalf("%d renewals in 400 ms with a 30 ms interval", got)
+	}
+	if w.Err() != nil {
+		t.Fatalf("Err = %v before any loss", w.Err())
+	}
+}
+
+func TestNotHeldLosesAtOnce(t *testing.T) {
+	w := start(t, watchdog.Config{TTL: 3 * time.Second, Interval: 20 * time.Millisecond,
+		Renew: func(context.Context) error { return errors.Join(watchdog.ErrNotHeld, errors.New("gone")) }})
+	if d := waitLost(t, w, 2*time.Second); d > time.Second {
+		t.Fatalf("lost after %v, want about one interval", d)
+	}
+	if !errors.Is(w.Err(), watchdog.ErrNotHeld) {
+		t.Fatalf("Err = %v, want ErrNotHeld", w.Err())
+	}
+}
+
+func TestFailingRenewalsLoseAfterTTL(t *testing.T) {
+	boom := errors.New("connection refused")
+	var mu sync.Mutex
+	failing := false
+	w := start(t, watchdog.Config{TTL: 150 * time.Millisecond, Renew: func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing {
+			return boom
+		}
+		return nil
+	}})
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-w.Lost():
+		t.Fatalf("lost while renewals succeed: %v", w.Err())
+	default:
+	}
+	mu.Lock()
+	failing = true
+	mu.Unlock()
+	began := time.Now()
+	waitLost(t, w, 2*time.Second)
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("lost %v after renewals started failing, TTL is 150 ms", d)
+	}
+	if !errors.Is(w.Err(), watchdog.ErrExpired) || !errors.Is(w.Err(), boom) {
+		t.Fatalf("Err = %v, want ErrExpired wrapping the renewal error", w.Err())
+	}
+}
+
+func TestHangingRenewalLosesAtDeadline(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	w := start(t, watchdog.Config{TTL: 150 * time.Millisecond, Renew: func(ctx context.Context) error {
+		if calls.Add(1) == 1 {
+			return nil
+		}
+		select { // a server that never answers, and a client that ignores ctx
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+		return errors.New("read timeout")
+	}})
+	t.Cleanup(func() { close(release) }) // runs before w.Stop
+	if d := waitLost(t, w, 2*time.Second); d > time.Second {
+		t.Fatalf("lost after %v with a 150 ms TTL", d)
+	}
+	if !errors.Is(w.Err(), watchdog.ErrExpired) {
+		t.Fatalf("Err = %v, want ErrExpired", w.Err())
+	}
+}
+
+func TestMaxHoldStopsRenewals(t *testing.T) {
+	var n atomic.Int32
+	begin := time.Now()
+	w := start(t, watchdog.Config{TTL: 60 * time.Millisecond, MaxHold: 200 * time.Millisecond,
+		Renew: func(context.Context) error { n.Add(1); return nil }})
+	waitLost(t, w, 3*time.Second)
+	if d := time.Since(begin); d < 200*time.Millisecond {
+		t.Fatalf("lost after %v, before MaxHold", d)
+	}
+	if !errors.Is(w.Err(), watchdog.ErrMaxHold) {
+		t.Fatalf("Err = %v, want ErrMaxHold", w.Err())
+	}
+	before := n.Load()
+	time.Sleep(100 * time.Millisecond)
+	if n.Load() != before {
+		t.Fatal("renewals continued after the loss")
+	}
+}
+
+func TestInjectedClock(t *testing.T) {
+	// The clock decides expiry: a clock that runs ahead of wall time makes the
+	// lease expire while the server keeps answering with errors.
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	w := start(t, watchdog.Config{TTL: 10 * time.Second, Interval: 10 * time.Millisecond, Now: now,
+		Renew: func(context.Context) error { return errors.New("unavailable") }})
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-w.Lost():
+		t.Fatal("lost before the TTL")
+	default:
+	}
+	offset.Store(int64(11 * time.Second))
+	waitLost(t, w, 2*time.Second)
+	if !errors.Is(w.Err(), watchdog.ErrExpired) {
+		t.Fatalf("Err = %v, want ErrExpired", w.Err())
+	}
+}
+
+func TestStopAndLose(t *testing.T) {
+	t.Run("stop is idempotent and does not report loss", func(t *testing.T) {
+		w := start(t, watchdog.Config{TTL: time.Second, Renew: func(context.Context) error { return nil }})
+		w.Stop()
+		w.Stop()
+		select {
+		case <-w.Lost():
+			t.Fatal("Stop closed Lost")
+		default:
+		}
+		if w.Err() != nil {
+			t.Fatalf("Err = %v after Stop", w.Err())
+		}
+	})
+	t.Run("lose reports the cause", func(t *testing.T) {
+		cause := errors.New("client closed")
+		w := start(t, watchdog.Config{TTL: time.Second, Renew: func(context.Context) error { return nil }})
+		w.Lose(cause)
+		w.Lose(errors.New("second cause ignored"))
+		waitLost(t, w, time.Second)
+		if !errors.Is(w.Err(), cause) {
+			t.Fatalf("Err = %v, want %v", w.Err(), cause)
+		}
+	})
+	t.Run("stop cancels a renewal in flight and waits for it", func(t *testing.T) {
+		entered := make(chan struct{})
+		var returned atomic.Bool
+		w := start(t, watchdog.Config{TTL: time.Second, Interval: 10 * time.Millisecond,
+			Renew: func(ctx context.Context) error {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				<-ctx.Done()
+				returned.Store(true)
+				return ctx.Err()
+			}})
+		<-entered
+		w.Stop()
+		if !returned.Load() {
+			t.Fatal("Stop returned before the renewal in flight")
+		}
+	})
+}
+
+func TestRenewedHook(t *testing.T) {
+	var ok, failed atomic.Int32
+	var calls atomic.Int32
+	w := start(t, watchdog.Config{TTL: 60 * time.Millisecond,
+		Renew: func(context.Context) error {
+			if calls.Add(1)%2 == 0 {
+				return errors.New("flaky")
+			}
+			return nil
+		},
+		Renewed: func(err error) {
+			if err != nil {
+				failed.Add(1)
+			} else {
+				ok.Add(1)
+			}
+		}})
+	time.Sleep(200 * time.Millisecond)
+	w.Stop()
+	if ok.Load() == 0 || failed.Load() == 0 {
+		t.Fatalf("hook saw %d successes and %d failures", ok.Load(), failed.Load())
+	}
+}
