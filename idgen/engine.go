@@ -1,0 +1,248 @@
+package idgen
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// engine hands out (tick, sequence) pairs that strictly increase, from one
+// atomic state word. It is shared by Snowflake and Serial.
+//
+// The state is ticks<<seqBits | sequence of the last pair issued. A caller
+// reads the clock, loads the state and computes the next state; a
+// compare-and-swap publishes it. The CAS order is the issue order, and every
+// successful CAS makes the state larger, so the pairs (and the IDs composed
+// from them) strictly increase across all goroutines without a lock.
+type engine struct {
+	state atomic.Uint64 // ticks<<seqBits | sequence of the last pair issued
+
+	seqBits  uint
+	seqMax   uint64 // largest sequence in a tick (≤ 1<<seqBits - 1)
+	tickNs   int64
+	epochNs  int64 // Unix nanoseconds of the epoch
+	maxTicks int64 // first tick the time field cannot hold
+
+	now    func() time.Time
+	limit  int64 // max(tolerance, borrow): clock lag accepted without error
+	borrow int64
+
+	logical bool
+	maxLead int64
+	start   time.Time // clock reading at construction (logical clock anchor)
+	startNs int64     // start, in ns since the epoch
+	elapsed func() time.Duration
+
+	lost <-chan struct{}
+}
+
+// Wake-up strategy while waiting for a tick: sleep (a real sleep, which costs
+// no CPU) until spinMargin before the instant, then yield until it. Go's
+// time.Sleep rounds sub-millisecond sleeps up to about a millisecond on Linux,
+// which would lose most of a 1 ms tick, so sleepFor uses nanosleep there.
+const (
+	spinMargin = 50 * time.Microsecond
+	maxNap     = time.Millisecond // re-check the lease and the clock at least this often
+)
+
+func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o options) (*engine, error) {
+	e := &engine{
+		seqBits:  seqBits,
+		seqMax:   seqMax,
+		tickNs:   tickNs,
+		epochNs:  epochNs,
+		maxTicks: maxTicks,
+		now:      o.now,
+		borrow:   int64(o.borrow),
+		logical:  o.maxLead > 0,
+		maxLead:  int64(o.maxLead),
+		elapsed:  o.elapsed,
+		lost:     o.lost,
+	}
+	e.limit = max(int64(o.tolerance), e.borrow)
+	e.start = e.now()
+	e.startNs = e.start.UnixNano() - epochNs
+	if !o.highWater.IsZero() {
+		// Resume above the mark: pretend the tick before it is used up.
+		markNs := o.highWater.UnixNano() - epochNs
+		first := ceilDiv(markNs, tickNs)
+		if first >= maxTicks {
+			return nil, ErrTimeExhausted
+		}
+		if first > 0 {
+			e.state.Store(uint64(first-1)<<seqBits | seqMax)
+		}
+	}
+	ns, err := e.read()
+	if err != nil {
+		return nil, err
+	}
+	if e.ticks(ns) >= maxTicks {
+		return nil, ErrTimeExhausted
+	}
+	if last := int64(e.state.Load() >> seqBits); e.ticks(ns) < last {
+		if behind := last*tickNs - ns; behind > e.limit {
+			return nil, e.backwards(behind)
+		}
+	}
+	return e, nil
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return -(-a / b)
+	}
+	return (a + b - 1) / b
+}
+
+// read returns the generator's time in ns since the epoch.
+func (e *engine) read() (int64, error) {
+	t := e.now()
+	ns := t.UnixNano() - e.epochNs
+	if e.logical {
+		return e.logicalTime(t, ns)
+	}
+	return ns, nil
+}
+
+// logicalTime returns the later of the wall time ns and the logical time
+// (start plus monotonic elapsed time), or an error if the logical time leads
+// by more than maxLead.
+func (e *engine) logicalTime(t time.Time, ns int64) (int64, error) {
+	var el time.Duration
+	if e.elapsed != nil {
+		el = e.elapsed()
+	} else {
+		el = t.Sub(e.start)
+	}
+	if l := e.startNs + int64(el); l > ns {
+		if l-ns > e.maxLead {
+			return 0, &ClockBackwardsError{Behind: time.Duration(l - ns), Limit: time.Duration(e.maxLead)}
+		}
+		ns = l
+	}
+	return ns, nil
+}
+
+// ticks converts ns since the epoch into ticks, rounding down.
+func (e *engine) ticks(ns int64) int64 {
+	if ns < 0 {
+		return -ceilDiv(-ns, e.tickNs)
+	}
+	if e.tickNs == int64(time.Millisecond) {
+		return ns / int64(time.Millisecond) // a constant divisor compiles to a multiply
+	}
+	return ns / e.tickNs
+}
+
+func (e *engine) backwards(behind int64) error {
+	return &ClockBackwardsError{Behind: time.Duration(behind), Limit: time.Duration(e.limit)}
+}
+
+func (e *engine) isLost() bool {
+	if e.lost == nil {
+		return false
+	}
+	select {
+	case <-e.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// reserve issues k consecutive states, 1 ≤ k ≤ n, all in one tick, and returns
+// the last of them. n must be at least 1.
+func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
+	if e.isLost() {
+		return 0, 0, ErrLeaseLost
+	}
+	t := e.now() // e.read(), by hand: this is the hot path
+	ns := t.UnixNano() - e.epochNs
+	if e.logical {
+		if ns, err = e.logicalTime(t, ns); err != nil {
+			return 0, 0, err
+		}
+	}
+	seqMask := uint64(1)<<e.seqBits - 1
+	for {
+		old := e.state.Load()
+		last := int64(old >> e.seqBits)
+		seq := old & seqMask
+		cur := e.ticks(ns)
+		if cur > last {
+			// A new tick: its sequence starts at 0.
+			if cur >= e.maxTicks {
+				return 0, 0, ErrTimeExhausted
+			}
+			k = min(n, e.seqMax+1)
+			hi = uint64(cur)<<e.seqBits | (k - 1)
+			if e.state.CompareAndSwap(old, hi) {
+				return hi, k, nil
+			}
+			continue // lost the race: reuse the reading, reload the state
+		}
+		if cur < last {
+			// The clock is behind the last tick issued: a step back, a borrowed
+			// tick, or only a stale reading (this goroutine was preempted
+			// between reading the clock and loading the state while others
+			// moved on). Tell them apart with a reading taken after a load.
+			if behind := last*e.tickNs - ns; behind > e.limit {
+				old = e.state.Load()
+				if ns, err = e.read(); err != nil {
+					return 0, 0, err
+				}
+				if behind = int64(old>>e.seqBits)*e.tickNs - ns; behind > e.limit {
+					return 0, 0, e.backwards(behind)
+				}
+				continue
+			}
+		}
+		if seq < e.seqMax {
+			// Same tick (or a tolerated lag): the next sequence numbers.
+			k = min(n, e.seqMax-seq)
+			hi = old + k
+			if e.state.CompareAndSwap(old, hi) {
+				return hi, k, nil
+			}
+			continue
+		}
+		// The sequence of the last tick is used up: the next tick is needed.
+		next := last + 1
+		if next >= e.maxTicks {
+			return 0, 0, ErrTimeExhausted
+		}
+		wait := next*e.tickNs - ns // until the clock reaches the next tick
+		if wait <= e.borrow {
+			k = min(n, e.seqMax+1)
+			hi = uint64(next)<<e.seqBits | (k - 1)
+			if e.state.CompareAndSwap(old, hi) {
+				return hi, k, nil
+			}
+			continue
+		}
+		if e.isLost() {
+			return 0, 0, ErrLeaseLost
+		}
+		sleepFor(time.Duration(min(wait-e.borrow, int64(maxNap))))
+		if ns, err = e.read(); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// sleepFor waits about d: a real sleep for all but spinMargin of it, then a
+// yield, so a waiter neither burns a core nor oversleeps a tick.
+func sleepFor(d time.Duration) {
+	if d > 2*spinMargin {
+		nap(d - spinMargin)
+		return
+	}
+	yield()
+}
+
+// highWater returns the instant before which every pair issued so far lies:
+// the end of the last tick issued.
+func (e *engine) highWater() time.Time {
+	last := int64(e.state.Load() >> e.seqBits)
+	return time.Unix(0, e.epochNs+(last+1)*e.tickNs).UTC()
+}

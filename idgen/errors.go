@@ -1,0 +1,62 @@
+package idgen
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrInvalidLayout is returned (wrapped, with the reason) by Layout.Validate,
+	// NewSnowflake and Layout.Compose for a layout whose fields do not add up.
+	ErrInvalidLayout = errors.New("idgen: invalid layout")
+
+	// ErrInvalidWorker is returned (wrapped) when a worker, datacenter or machine
+	// number does not fit the bits the layout gives it.
+	ErrInvalidWorker = errors.New("idgen: worker out of range")
+
+	// ErrEpochInFuture is returned (wrapped, together with ErrInvalidLayout) by
+	// NewSnowflake when the layout's epoch is later than the generator's clock.
+	ErrEpochInFuture = errors.New("idgen: epoch in the future")
+
+	// ErrClockBackwards is wrapped by *ClockBackwardsError: the clock is behind
+	// the time of the last ID issued by more than the generator tolerates.
+	ErrClockBackwards = errors.New("idgen: clock moved backwards")
+
+	// ErrTimeExhausted is returned when the clock has passed the last instant the
+	// layout's time bits can hold; the generator cannot issue any more IDs.
+	ErrTimeExhausted = errors.New("idgen: time bits exhausted")
+
+	// ErrLeaseLost is returned by a generator built WithLease once the lease's
+	// channel is closed: its worker number may now belong to someone else.
+	ErrLeaseLost = errors.New("idgen: worker lease lost")
+
+	// ErrInvalidOption is returned (wrapped) by constructors given an option
+	// value outside its documented range.
+	ErrInvalidOption = errors.New("idgen: invalid option")
+
+	// ErrInvalidID is returned (wrapped, with the reason) by every parser and
+	// decoder in this package for input that is not a valid ID.
+	ErrInvalidID = errors.New("idgen: invalid id")
+)
+
+// ClockBackwardsError reports that the clock is Behind the time of the last ID
+// issued (or the high-water mark) by more than the generator tolerates.
+// errors.Is(err, ErrClockBackwards) holds for it.
+type ClockBackwardsError struct {
+	// Behind is how far the clock is behind the generator's last issued time.
+	Behind time.Duration
+	// Limit is what the generator tolerates (tolerance, borrow or logical lead).
+	Limit time.Duration
+}
+
+func (e *ClockBackwardsError) Error() string {
+	return fmt.Sprintf("idgen: clock moved backwards by %v (tolerated: %v)", e.Behind, e.Limit)
+}
+
+// Unwrap returns ErrClockBackwards.
+func (e *ClockBackwardsError) Unwrap() error { return ErrClockBackwards }
+
+func invalidID(kind, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: "+format, append([]any{ErrInvalidID, kind}, args...)...)
+}

@@ -1,0 +1,136 @@
+package idgen
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Option configures a generator. Each option names the generators that read
+// it; the others ignore it.
+type Option func(*options)
+
+type options struct {
+	now       func() time.Time
+	elapsed   func() time.Duration
+	tolerance time.Duration
+	borrow    time.Duration
+	maxLead   time.Duration // > 0: logical clock on
+	highWater time.Time
+	lost      <-chan struct{}
+	rand      io.Reader
+}
+
+// Bounds of the clock options: a generator never blocks a caller for longer
+// than MaxTolerance, never issues IDs further than MaxBorrow ahead of its
+// clock, and never lets its logical clock lead the wall clock by more than
+// MaxLogicalLead.
+const (
+	DefaultTolerance = 5 * time.Millisecond
+	MaxTolerance     = time.Second
+	MaxBorrow        = time.Minute
+	MaxLogicalLead   = 24 * time.Hour
+)
+
+func newOptions(opts []Option) (options, error) {
+	o := options{now: time.Now, tolerance: DefaultTolerance, rand: rand.Reader}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case o.now == nil:
+		return o, fmt.Errorf("%w: nil clock", ErrInvalidOption)
+	case o.rand == nil:
+		return o, fmt.Errorf("%w: nil random source", ErrInvalidOption)
+	case o.tolerance < 0 || o.tolerance > MaxTolerance:
+		return o, fmt.Errorf("%w: tolerance %v not in [0, %v]", ErrInvalidOption, o.tolerance, MaxTolerance)
+	case o.borrow < 0 || o.borrow > MaxBorrow:
+		return o, fmt.Errorf("%w: borrow %v not in [0, %v]", ErrInvalidOption, o.borrow, MaxBorrow)
+	case o.maxLead < 0 || o.maxLead > MaxLogicalLead:
+		return o, fmt.Errorf("%w: logical lead %v not in (0, %v]", ErrInvalidOption, o.maxLead, MaxLogicalLead)
+	}
+	return o, nil
+}
+
+// WithClock sets the clock a generator reads (Snowflake, Serial, NanoKeys,
+// ObjectIDGenerator). The default is time.Now, whose readings also carry Go's
+// monotonic clock (used by WithLogicalClock). Tests inject clocks that step
+// back, freeze and jump.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
+// WithTolerance sets how far behind the last issued ID's time the clock may
+// step before a Snowflake or Serial reports *ClockBackwardsError instead of
+// waiting: a smaller step is waited out (callers block for at most d while
+// the current tick's sequence is used up). The default is DefaultTolerance
+// (5 ms); d must be in [0, MaxTolerance].
+func WithTolerance(d time.Duration) Option {
+	return func(o *options) { o.tolerance = d }
+}
+
+// WithBorrow lets a Snowflake or Serial issue IDs up to ahead of its clock, as
+// Baidu's uid-generator and UUIDv7's counter do: when a tick's sequence runs
+// out it moves to the next tick at once instead of waiting, and a clock step
+// back of up to ahead is absorbed without error, IDs carrying the last issued
+// time until the clock catches up. The cost: IDs' times may lead the true time
+// by up to ahead, and a generator restarted within ahead of a burst on the same
+// worker could reissue IDs unless it resumes from a high-water mark
+// (WithHighWater, OpenSnowflake). The default is 0 (no borrowing); ahead must
+// be in [0, MaxBorrow].
+func WithBorrow(ahead time.Duration) Option {
+	return func(o *options) { o.borrow = ahead }
+}
+
+// WithLogicalClock makes a Snowflake or Serial run on its own logical clock:
+// the wall time read at construction plus the elapsed time on Go's monotonic
+// clock (or WithElapsed), advanced to the wall clock when that is ahead. A wall
+// clock stepped back is ignored, so IDs keep flowing at the true rate with
+// times that lead the wall clock by the size of the step; once the lead
+// exceeds maxLead, Next returns *ClockBackwardsError. The cost: after a step
+// back, IDs' times stay ahead of the wall clock until the generator is
+// rebuilt, and a restart reads the (stepped) wall clock again, so a restart
+// needs a high-water mark (WithHighWater, OpenSnowflake) to stay unique. The
+// default is off; maxLead must be in (0, MaxLogicalLead].
+func WithLogicalClock(maxLead time.Duration) Option {
+	return func(o *options) {
+		o.maxLead = maxLead
+		if maxLead == 0 {
+			o.maxLead = -1 // rejected by newOptions: 0 would silently mean off
+		}
+	}
+}
+
+// WithElapsed sets the monotonic clock that WithLogicalClock reads: elapsed
+// returns the time since the generator was built. The default derives it from
+// the readings of the WithClock clock (t.Sub(start), which Go computes on the
+// monotonic clock when both readings carry it, as time.Now's do). Tests use it
+// to move the wall clock and the monotonic clock independently.
+func WithElapsed(elapsed func() time.Duration) Option {
+	return func(o *options) { o.elapsed = elapsed }
+}
+
+// WithHighWater makes a Snowflake or Serial start above mark: every ID it
+// issues has a time at or after mark, which is a HighWater value saved by a
+// previous generator of the same worker (see HighWaterStore). If the clock is
+// behind mark by more than the tolerance (or borrow), NewSnowflake returns
+// *ClockBackwardsError: a restart after a clock rollback is detected instead
+// of reissuing IDs. The default is the zero time: no mark.
+func WithHighWater(mark time.Time) Option {
+	return func(o *options) { o.highWater = mark }
+}
+
+// WithLease ties a Snowflake or Serial to a worker lease: once lost is closed,
+// Next, NextN and any caller waiting inside them return ErrLeaseLost, because
+// the worker number may be handed to another process. The check is a
+// non-blocking channel receive per call. The default is nil: never lost.
+func WithLease(lost <-chan struct{}) Option {
+	return func(o *options) { o.lost = lost }
+}
+
+// WithRand sets the source of randomness of an ObjectIDGenerator (its 5-byte
+// process value and counter start). The default is crypto/rand.Reader.
+func WithRand(r io.Reader) Option {
+	return func(o *options) { o.rand = r }
+}

@@ -1,0 +1,149 @@
+package idgen
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Snowflake issues int64 IDs of one Layout for one worker number. IDs of one
+// Snowflake strictly increase across all goroutines and are never repeated,
+// whatever its clock does: it waits out small clock steps back, returns
+// *ClockBackwardsError for larger ones unless WithBorrow or WithLogicalClock
+// says otherwise, and waits for the next tick when a tick's sequence is used
+// up. It is safe for concurrent use; Next does not allocate.
+type Snowflake struct {
+	e      *engine
+	layout Layout
+	spec   spec
+	worker int64
+
+	// compose: id = (state &^ low) << workerBits | wpart | state & low
+	low   uint64 // the sequence mask when the sequence sits below the worker, else 0
+	wpart uint64 // the worker, shifted into place
+	wbits uint
+}
+
+// NewSnowflake returns a generator of IDs in layout (the zero Layout is
+// Twitter's 41/10/12) for worker, which must be in [0, 2^WorkerBits). It
+// returns an error wrapping ErrInvalidLayout for an invalid layout or an epoch
+// later than the clock, ErrInvalidWorker for a worker out of range,
+// ErrInvalidOption for an option out of range, *ClockBackwardsError when the
+// clock is behind a WithHighWater mark beyond the tolerance, and
+// ErrTimeExhausted once the layout's time bits have run out.
+func NewSnowflake(layout Layout, worker int64, opts ...Option) (*Snowflake, error) {
+	sp, err := layout.spec()
+	if err != nil {
+		return nil, err
+	}
+	if worker < 0 || worker > sp.maxWorker {
+		return nil, fmt.Errorf("%w: worker %d not in [0, %d]", ErrInvalidWorker, worker, sp.maxWorker)
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if now := o.now(); now.Before(sp.epoch) {
+		return nil, fmt.Errorf("%w: %w: epoch %v is after the clock's %v", ErrInvalidLayout, ErrEpochInFuture, sp.epoch, now)
+	}
+	e, err := newEngine(sp.seqBits, sp.seqMask, sp.tickNs, sp.epochNs, sp.maxTicks, o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Snowflake{e: e, layout: layout, spec: sp, worker: worker, wbits: sp.workerBits}
+	if sp.order == TimeSequenceWorker {
+		s.wpart = uint64(worker)
+	} else {
+		s.low = sp.seqMask
+		s.wpart = uint64(worker) << sp.seqBits
+	}
+	return s, nil
+}
+
+// compose turns an engine state into an ID.
+func (s *Snowflake) compose(state uint64) int64 {
+	return int64((state&^s.low)<<s.wbits | s.wpart | state&s.low)
+}
+
+// Next returns the next ID. It blocks while the current tick's sequence is
+// used up (until the next tick) or while the clock is behind the last ID by
+// no more than the tolerance. It returns *ClockBackwardsError (wrapping
+// ErrClockBackwards) when the clock is further behind, ErrLeaseLost once a
+// WithLease channel is closed, and ErrTimeExhausted after the layout's time
+// bits run out.
+func (s *Snowflake) Next() (int64, error) {
+	hi, _, err := s.e.reserve(1)
+	if err != nil {
+		return 0, err
+	}
+	return s.compose(hi), nil
+}
+
+// NextN fills dst with increasing IDs, taking a run of sequence numbers per
+// compare-and-swap, and returns how many it filled: len(dst), or fewer with
+// the error that stopped it (the same errors as Next). The IDs filled before
+// an error are valid.
+func (s *Snowflake) NextN(dst []int64) (int, error) {
+	i := 0
+	for i < len(dst) {
+		hi, k, err := s.e.reserve(uint64(len(dst) - i))
+		if err != nil {
+			return i, err
+		}
+		for st := hi - k + 1; st <= hi; st++ {
+			dst[i] = s.compose(st)
+			i++
+		}
+	}
+	return i, nil
+}
+
+// Layout returns the layout the generator was built with, as given.
+func (s *Snowflake) Layout() Layout { return s.layout }
+
+// Worker returns the generator's worker number.
+func (s *Snowflake) Worker() int64 { return s.worker }
+
+// Decompose is s.Layout().Decompose(id) without re-validating the layout.
+func (s *Snowflake) Decompose(id int64) Parts { return s.spec.decompose(id) }
+
+// HighWater returns the instant before which the times of all IDs issued so
+// far lie (the end of the last tick issued, or of the WithHighWater mark).
+// Saved through a HighWaterStore and passed to the next generator of the same
+// worker with WithHighWater, it keeps that generator from reissuing IDs after
+// a restart on a clock that was set back.
+func (s *Snowflake) HighWater() time.Time { return s.e.highWater() }
+
+// HighWaterStore persists a worker's high-water mark, the instant before which
+// every ID the worker issued lies, so that its next generator resumes above it.
+// Implementations (Redis, ZooKeeper, a file) key it by layout and worker; Store
+// must keep the maximum of the marks it is given, so that a late Store from a
+// stale process cannot lower it.
+type HighWaterStore interface {
+	// Load returns the mark, or the zero time if none was stored.
+	Load(ctx context.Context) (time.Time, error)
+	// Store records mark unless a later mark is already stored.
+	Store(ctx context.Context, mark time.Time) error
+}
+
+// OpenSnowflake loads the worker's high-water mark from store and returns
+// NewSnowflake(layout, worker, WithHighWater(mark), opts...). A clock behind
+// the mark beyond the tolerance makes it fail with *ClockBackwardsError: the
+// restart after a clock rollback that would reissue IDs is detected. Errors
+// from store are returned as they are.
+func OpenSnowflake(ctx context.Context, store HighWaterStore, layout Layout, worker int64, opts ...Option) (*Snowflake, error) {
+	mark, err := store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewSnowflake(layout, worker, append(opts[:len(opts):len(opts)], WithHighWater(mark))...)
+}
+
+// Checkpoint stores s.HighWater() in store. Call it periodically and when the
+// generator is retired; IDs issued after the last checkpoint are covered only
+// by the clock itself (a restart on a clock set back by more than the time
+// since that checkpoint could reissue them), so the interval bounds the
+// rollback a crash can hide.
+func (s *Snowflake) Checkpoint(ctx context.Context, store HighWaterStore) error {
+	return store.Store(ctx, s.HighWater())
+}
