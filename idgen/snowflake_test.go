@@ -1,0 +1,487 @@
+package idgen_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/idgen"
+)
+
+// collect takes n IDs from g in each of g goroutines, checks that each
+// goroutine's IDs strictly increase, and returns them all.
+func collect(t *testing.T, g *idgen.Snowflake, goroutines, n int, batch int) []int64 {
+	t.Helper()
+	out := make([][]int64, goroutines)
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		wg.Go(func() {
+			ids := make([]int64, n)
+			if batch > 0 {
+				for j := 0; j < n; j += batch {
+					if _, err := g.NextN(ids[j:min(j+batch, n)]); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			} else {
+				for j := range ids {
+					id, err := g.Next()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					ids[j] = id
+				}
+			}
+			for j := 1; j < n; j++ {
+				if ids[j] <= ids[j-1] {
+					t.Errorf("goroutine %d: ID %d = %d after %d", i, j, ids[j], ids[j-1])
+					return
+				}
+			}
+			out[i] = ids
+		})
+	}
+	wg.Wait()
+	return slices.Concat(out...)
+}
+
+func checkUnique(t *testing.T, l idgen.Layout, worker int64, ids []int64) {
+	t.Helper()
+	slices.Sort(ids)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			t.Fatalf("duplicate ID %d", ids[i])
+		}
+	}
+	for _, id := range ids {
+		if p := l.Decompose(id); p.Worker != worker {
+			t.Fatalf("Decompose(%d).Worker = %d, want %d", id, p.Worker, worker)
+		}
+	}
+}
+
+// TestConcurrentUnique takes 2,000,000 IDs from 8 goroutines on the real
+// clock: Twitter's layout at its sequence ceiling, then a 22-bit sequence
+// whose ceiling is out of reach (more IDs per tick, more CAS contention).
+func TestConcurrentUnique(t *testing.T) {
+	const goroutines, perGoroutine = 8, 250_000
+	for _, tc := range []struct {
+		layout idgen.Layout
+		worker int64
+		batch  int
+	}{
+		{idgen.LayoutTwitter, 677, 0},
+		{idgen.Layout{Name: "seq22", TimeBits: 41, SequenceBits: 22}, 0, 0},
+		{idgen.LayoutSonyflake, 0xBEEF, 100},
+	} {
+		t.Run(tc.layout.Name, func(t *testing.T) {
+			if tc.batch > 0 && testing.Short() {
+				t.Skip("batch form: -short")
+			}
+			g := newSnowflake(t, tc.layout, tc.worker)
+			n := perGoroutine
+			if tc.batch > 0 {
+				n = 2_000 // Sonyflake: 25,600 IDs/s, so about 0.6 s
+			}
+			ids := collect(t, g, goroutines, n, tc.batch)
+			if len(ids) != goroutines*n {
+				t.Fatalf("got %d IDs, want %d", len(ids), goroutines*n)
+			}
+			checkUnique(t, tc.layout, tc.worker, ids)
+		})
+	}
+}
+
+func idAt(t *testing.T, l idgen.Layout, at time.Time, worker, seq int64) int64 {
+	t.Helper()
+	id, err := l.Compose(idgen.Parts{Time: at, Worker: worker, Sequence: seq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func wantBackwards(t *testing.T, err error, behind, limit time.Duration) {
+	t.Helper()
+	var cbe *idgen.ClockBackwardsError
+	if !errors.Is(err, idgen.ErrClockBackwards) || !errors.As(err, &cbe) {
+		t.Fatalf("err = %v, want *ClockBackwardsError", err)
+	}
+	if cbe.Behind != behind || cbe.Limit != limit {
+		t.Fatalf("ClockBackwardsError{Behind: %v, Limit: %v}, want %v, %v", cbe.Behind, cbe.Limit, behind, limit)
+	}
+}
+
+func TestClockStepBack(t *testing.T) {
+	l := idgen.LayoutTwitter
+	const worker = 5
+	for _, tc := range []struct {
+		name string
+		step time.Duration
+		ok   bool
+	}{
+		{"1ms", time.Millisecond, true},
+		{"tolerance", idgen.DefaultTolerance, true},
+		{"tolerance+1ms", idgen.DefaultTolerance + time.Millisecond, false},
+		{"1s", time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newClock(t0)
+			g := newSnowflake(t, l, worker, idgen.WithClock(clock.Now))
+			is := &issuer{t: t, g: g}
+			for seq := range int64(3) {
+				if id := is.next(); id != idAt(t, l, t0, worker, seq) {
+					t.Fatalf("ID %d = %d, want sequence %d at t0", seq, id, seq)
+				}
+			}
+			clock.Set(t0.Add(-tc.step))
+			if !tc.ok {
+				_, err := g.Next()
+				wantBackwards(t, err, tc.step, idgen.DefaultTolerance)
+				buf := make([]int64, 4)
+				n, err := g.NextN(buf)
+				if n != 0 {
+					t.Fatalf("NextN filled %d during the step", n)
+				}
+				wantBackwards(t, err, tc.step, idgen.DefaultTolerance)
+				// Once the clock is back, IDs resume above the last one.
+				clock.Set(t0.Add(time.Millisecond))
+				if id := is.next(); id != idAt(t, l, t0.Add(time.Millisecond), worker, 0) {
+					t.Fatalf("after the step: %d", id)
+				}
+				return
+			}
+			// Within the tolerance: the last tick's sequence goes on...
+			if id := is.next(); id != idAt(t, l, t0, worker, 3) {
+				t.Fatalf("after the step: %+v, want sequence 3 at t0", l.Decompose(id))
+			}
+			rest := make([]int64, 4096-4)
+			if n, err := g.NextN(rest); err != nil || n != len(rest) {
+				t.Fatalf("NextN = %d, %v", n, err)
+			}
+			if rest[len(rest)-1] != idAt(t, l, t0, worker, 4095) {
+				t.Fatalf("last of tick: %+v", l.Decompose(rest[len(rest)-1]))
+			}
+			is.last = rest[len(rest)-1]
+			// ...then Next waits until the clock reaches the next tick.
+			clock.SetStep(100 * time.Microsecond)
+			if id := is.next(); id != idAt(t, l, t0.Add(time.Millisecond), worker, 0) {
+				t.Fatalf("after the wait: %+v, want sequence 0 at t0+1ms", l.Decompose(id))
+			}
+		})
+	}
+}
+
+func TestClockFrozenAcrossExhaustion(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	g := newSnowflake(t, l, 1, idgen.WithClock(clock.Now))
+	ids := make([]int64, 4096)
+	if n, err := g.NextN(ids); err != nil || n != 4096 {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	for i, id := range ids {
+		if id != idAt(t, l, t0, 1, int64(i)) {
+			t.Fatalf("ids[%d] = %+v", i, l.Decompose(id))
+		}
+	}
+	next := await(g.Next)
+	select {
+	case r := <-next:
+		t.Fatalf("Next returned %+v, %v on a frozen clock with the tick used up", l.Decompose(r.v), r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clock.Advance(time.Millisecond)
+	r := <-next
+	if r.err != nil || r.v != idAt(t, l, t0.Add(time.Millisecond), 1, 0) {
+		t.Fatalf("Next = %+v, %v; want sequence 0 at t0+1ms", l.Decompose(r.v), r.err)
+	}
+}
+
+func TestClockJumpForward(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	g := newSnowflake(t, l, 2, idgen.WithClock(clock.Now))
+	is := &issuer{t: t, g: g}
+	is.next()
+	is.next()
+	clock.Set(t0.Add(time.Hour))
+	if id := is.next(); id != idAt(t, l, t0.Add(time.Hour), 2, 0) {
+		t.Fatalf("after the jump: %+v", l.Decompose(id))
+	}
+	// Coming back from the jump is a step back like any other.
+	clock.Set(t0.Add(time.Hour - 2*time.Millisecond))
+	if id := is.next(); id != idAt(t, l, t0.Add(time.Hour), 2, 1) {
+		t.Fatalf("2 ms back: %+v", l.Decompose(id))
+	}
+	clock.Set(t0.Add(time.Millisecond))
+	_, err := g.Next()
+	wantBackwards(t, err, time.Hour-time.Millisecond, idgen.DefaultTolerance)
+}
+
+func TestTimeExhausted(t *testing.T) {
+	// 20 time bits of 1 ms last 17.5 minutes.
+	l := idgen.Layout{TimeBits: 20, WorkerBits: 21, SequenceBits: 22, Epoch: t0}
+	clock := newClock(t0.Add(time.Minute))
+	g := newSnowflake(t, l, 0, idgen.WithClock(clock.Now))
+	if _, err := g.Next(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(l.End().Add(-time.Millisecond))
+	if _, err := g.Next(); err != nil {
+		t.Fatalf("last tick: %v", err)
+	}
+	clock.Set(l.End())
+	if _, err := g.Next(); !errors.Is(err, idgen.ErrTimeExhausted) {
+		t.Fatalf("after End: %v, want ErrTimeExhausted", err)
+	}
+}
+
+func TestWithTolerance(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	g := newSnowflake(t, l, 0, idgen.WithClock(clock.Now), idgen.WithTolerance(0))
+	is := &issuer{t: t, g: g}
+	is.next()
+	// Same tick: fine even with no tolerance.
+	clock.Set(t0.Add(999 * time.Microsecond))
+	is.next()
+	clock.Set(t0.Add(-time.Microsecond))
+	_, err := g.Next()
+	wantBackwards(t, err, time.Microsecond, 0)
+}
+
+func TestBorrow(t *testing.T) {
+	l := idgen.Layout{Name: "seq8", TimeBits: 41, WorkerBits: 14, SequenceBits: 8}
+	const ahead = 10 * time.Millisecond
+
+	t.Run("burst", func(t *testing.T) {
+		clock := newClock(t0)
+		g := newSnowflake(t, l, 3, idgen.WithClock(clock.Now), idgen.WithBorrow(ahead))
+		// A frozen clock: the tick at t0 plus 10 borrowed ones, without waiting.
+		ids := make([]int64, 256*11)
+		if n, err := g.NextN(ids); err != nil || n != len(ids) {
+			t.Fatalf("NextN = %d, %v", n, err)
+		}
+		if last := l.Decompose(ids[len(ids)-1]); !last.Time.Equal(t0.Add(ahead)) || last.Sequence != 255 {
+			t.Fatalf("last borrowed ID: %+v", last)
+		}
+		checkUnique(t, l, 3, slices.Clone(ids))
+		next := await(g.Next)
+		select {
+		case r := <-next:
+			t.Fatalf("Next borrowed beyond the bound: %+v, %v", l.Decompose(r.v), r.err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		clock.Advance(time.Millisecond)
+		if r := <-next; r.err != nil || r.v != idAt(t, l, t0.Add(ahead+time.Millisecond), 3, 0) {
+			t.Fatalf("Next = %+v, %v", l.Decompose(r.v), r.err)
+		}
+	})
+
+	t.Run("step back", func(t *testing.T) {
+		clock := newClock(t0)
+		g := newSnowflake(t, l, 3, idgen.WithClock(clock.Now), idgen.WithBorrow(ahead))
+		is := &issuer{t: t, g: g}
+		is.next()
+		clock.Set(t0.Add(-8 * time.Millisecond)) // beyond the tolerance, within the borrow
+		for range 600 {                          // more than two ticks' worth: borrows ticks
+			is.next()
+		}
+		if p := l.Decompose(is.last); !p.Time.Equal(t0.Add(2*time.Millisecond)) || p.Sequence != 600-512 {
+			t.Fatalf("last ID: %+v", p)
+		}
+		clock.Set(t0.Add(-time.Second))
+		_, err := g.Next()
+		wantBackwards(t, err, time.Second+2*time.Millisecond, ahead)
+	})
+}
+
+func TestLogicalClock(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	g := newSnowflake(t, l, 4, idgen.WithClock(clock.Now), idgen.WithElapsed(clock.Elapsed), idgen.WithLogicalClock(2*time.Second))
+	is := &issuer{t: t, g: g}
+	is.next()
+	// The wall clock steps back 1 s; the monotonic clock does not.
+	clock.Set(t0.Add(-time.Second))
+	if id := is.next(); id != idAt(t, l, t0, 4, 1) {
+		t.Fatalf("after the step: %+v", l.Decompose(id))
+	}
+	clock.Advance(10 * time.Millisecond)
+	if id := is.next(); id != idAt(t, l, t0.Add(10*time.Millisecond), 4, 0) {
+		t.Fatalf("10 ms later: %+v, want the logical time t0+10ms", l.Decompose(id))
+	}
+	// A wall clock ahead of the logical clock wins.
+	clock.Set(t0.Add(time.Minute))
+	if id := is.next(); id != idAt(t, l, t0.Add(time.Minute), 4, 0) {
+		t.Fatalf("wall ahead: %+v", l.Decompose(id))
+	}
+	// A step back the lead bound does not cover is reported.
+	clock.Set(t0.Add(-3 * time.Second))
+	// (the logical clock, at t0+10ms, leads the wall clock by 3.01 s).
+	_, err := g.Next()
+	wantBackwards(t, err, 3*time.Second+10*time.Millisecond, 2*time.Second)
+
+	t.Run("lead bound", func(t *testing.T) {
+		clock := newClock(t0)
+		g := newSnowflake(t, l, 4, idgen.WithClock(clock.Now), idgen.WithElapsed(clock.Elapsed), idgen.WithLogicalClock(2*time.Second))
+		is := &issuer{t: t, g: g}
+		is.next()
+		clock.Set(t0.Add(-3 * time.Second))
+		clock.Advance(5 * time.Millisecond)
+		_, err := g.Next()
+		wantBackwards(t, err, 3*time.Second, 2*time.Second)
+	})
+
+	t.Run("Go monotonic clock", func(t *testing.T) {
+		// Readings that carry Go's monotonic clock: the default elapsed time.
+		base := time.Now()
+		var mu sync.Mutex
+		off := time.Duration(0)
+		now := func() time.Time { mu.Lock(); defer mu.Unlock(); return base.Add(off) }
+		g := newSnowflake(t, idgen.Layout{}, 0, idgen.WithClock(now), idgen.WithLogicalClock(time.Second))
+		is := &issuer{t: t, g: g}
+		is.next()
+		mu.Lock()
+		off = 5 * time.Millisecond
+		mu.Unlock()
+		if p := g.Decompose(is.next()); !p.Time.Equal(base.Add(5 * time.Millisecond).Truncate(time.Millisecond).UTC()) {
+			t.Fatalf("time %v, want %v", p.Time, base.Add(5*time.Millisecond))
+		}
+	})
+}
+
+func TestHighWater(t *testing.T) {
+	l := idgen.LayoutTwitter
+	ctx := context.Background()
+	store := &memStore{}
+	clock := newClock(t0.Add(100 * time.Millisecond))
+	g1, err := idgen.OpenSnowflake(ctx, store, l, 9, idgen.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := &issuer{t: t, g: g1}
+	for range 10 {
+		is.next()
+	}
+	if err := g1.Checkpoint(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	mark := t0.Add(101 * time.Millisecond)
+	if !store.mark.Equal(mark) || !g1.HighWater().Equal(mark) {
+		t.Fatalf("mark %v, HighWater %v; want %v", store.mark, g1.HighWater(), mark)
+	}
+
+	// A restart on a clock set back 100 ms is detected (behind the last tick
+	// issued, which starts 1 ms before the mark).
+	_, err = idgen.OpenSnowflake(ctx, store, l, 9, idgen.WithClock(newClock(t0).Now))
+	wantBackwards(t, err, 100*time.Millisecond, idgen.DefaultTolerance)
+
+	// Within the tolerance: it waits for the mark, then issues above it.
+	c2 := newClock(t0.Add(98 * time.Millisecond))
+	c2.SetStep(100 * time.Microsecond)
+	g2, err := idgen.OpenSnowflake(ctx, store, l, 9, idgen.WithClock(c2.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	is2 := &issuer{t: t, g: g2, last: is.last}
+	if id := is2.next(); id != idAt(t, l, mark, 9, 0) {
+		t.Fatalf("first ID after restart: %+v, want sequence 0 at the mark", l.Decompose(id))
+	}
+
+	// Later: the mark is in the past and changes nothing.
+	g3, err := idgen.OpenSnowflake(ctx, store, l, 9, idgen.WithClock(newClock(t0.Add(time.Second)).Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := g3.Next(); err != nil || id != idAt(t, l, t0.Add(time.Second), 9, 0) {
+		t.Fatalf("Next = %+v, %v", l.Decompose(id), err)
+	}
+
+	// No mark stored: a fresh worker.
+	g4, err := idgen.OpenSnowflake(ctx, &memStore{}, l, 9, idgen.WithClock(newClock(t0).Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := g4.Next(); err != nil || id != idAt(t, l, t0, 9, 0) {
+		t.Fatalf("Next = %+v, %v", l.Decompose(id), err)
+	}
+}
+
+type failStore struct{ memStore }
+
+var errStore = errors.New("store down")
+
+func (*failStore) Load(context.Context) (time.Time, error) { return time.Time{}, errStore }
+
+func TestOpenSnowflakeStoreError(t *testing.T) {
+	if _, err := idgen.OpenSnowflake(context.Background(), &failStore{}, idgen.Layout{}, 0); !errors.Is(err, errStore) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLease(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	lost := make(chan struct{})
+	g := newSnowflake(t, l, 1, idgen.WithClock(clock.Now), idgen.WithLease(lost))
+	ids := make([]int64, 4096)
+	if n, err := g.NextN(ids); err != nil || n != 4096 {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	// A caller waiting for the next tick learns of the loss too.
+	next := await(g.Next)
+	time.Sleep(5 * time.Millisecond)
+	close(lost)
+	if r := <-next; !errors.Is(r.err, idgen.ErrLeaseLost) {
+		t.Fatalf("waiting Next = %v, %v; want ErrLeaseLost", r.v, r.err)
+	}
+	clock.Advance(time.Second)
+	if _, err := g.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
+		t.Fatalf("Next = %v, want ErrLeaseLost", err)
+	}
+	if n, err := g.NextN(ids); n != 0 || !errors.Is(err, idgen.ErrLeaseLost) {
+		t.Fatalf("NextN = %d, %v; want ErrLeaseLost", n, err)
+	}
+}
+
+func TestNextNMatchesNext(t *testing.T) {
+	l := idgen.Layout{Name: "seq4", TimeBits: 41, WorkerBits: 18, SequenceBits: 4}
+	c1, c2 := newClock(t0), newClock(t0)
+	c1.SetStep(50 * time.Microsecond)
+	c2.SetStep(50 * time.Microsecond)
+	a := newSnowflake(t, l, 7, idgen.WithClock(c1.Now))
+	b := newSnowflake(t, l, 7, idgen.WithClock(c2.Now))
+	batch := make([]int64, 100)
+	if n, err := a.NextN(batch); err != nil || n != 100 {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	for i := 1; i < len(batch); i++ {
+		if batch[i] <= batch[i-1] {
+			t.Fatalf("batch[%d] = %d after %d", i, batch[i], batch[i-1])
+		}
+	}
+	if n, err := a.NextN(nil); n != 0 || err != nil {
+		t.Fatalf("NextN(nil) = %d, %v", n, err)
+	}
+	// The batch takes whole runs of a tick per CAS; one by one reads the clock
+	// per ID. Both give 16 IDs per tick, in order.
+	for i := range 16 {
+		id, err := b.Next()
+		if err != nil || l.Decompose(id).Sequence != int64(i) {
+			t.Fatalf("Next %d: %+v, %v", i, l.Decompose(id), err)
+		}
+	}
+	if p := l.Decompose(batch[15]); p.Sequence != 15 || !p.Time.Equal(t0) {
+		t.Fatalf("batch[15] = %+v", p)
+	}
+	if p := l.Decompose(batch[16]); p.Sequence != 0 || !p.Time.After(t0) {
+		t.Fatalf("batch[16] = %+v", p)
+	}
+}

@@ -1,0 +1,87 @@
+package workerid
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Option configures a RedisLeaser or a ZKLeaser.
+type Option func(*options)
+
+type options struct {
+	max        int64
+	ttl        time.Duration
+	checkpoint time.Duration
+	prefix     string // Redis key prefix
+	root       string // ZooKeeper root path
+	acl        []zk.ACL
+	host       string
+	now        func() time.Time
+}
+
+func defaults() options {
+	host, _ := os.Hostname()
+	return options{
+		max:        1023,
+		ttl:        10 * time.Second,
+		checkpoint: 3 * time.Second,
+		prefix:     "coordkit:worker:",
+		root:       "/coordkit/workers",
+		acl:        zk.WorldACL(zk.PermAll),
+		host:       host,
+		now:        time.Now,
+	}
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.max < 0:
+		return fmt.Errorf("%w: negative maximum worker ID %d", ErrInvalid, o.max)
+	case o.max > 1<<22-1:
+		return fmt.Errorf("%w: maximum worker ID %d above %d", ErrInvalid, o.max, 1<<22-1)
+	case o.ttl < 300*time.Millisecond:
+		return fmt.Errorf("%w: lease TTL %v below 300ms", ErrInvalid, o.ttl)
+	case o.checkpoint <= 0:
+		return fmt.Errorf("%w: checkpoint interval %v not positive", ErrInvalid, o.checkpoint)
+	case o.prefix == "":
+		return fmt.Errorf("%w: empty key prefix", ErrInvalid)
+	case len(o.root) < 2 || o.root[0] != '/' || o.root[len(o.root)-1] == '/':
+		return fmt.Errorf("%w: root path %q must start with / and not end with it", ErrInvalid, o.root)
+	}
+	return nil
+}
+
+// WithMax sets the highest worker ID that may be leased; IDs are taken from
+// [0, max], lowest free first. It must fit the Snowflake layout the lease is
+// used with (NewSnowflake checks). Default: 1023 (10 worker bits).
+func WithMax(max int64) Option { return func(o *options) { o.max = max } }
+
+// WithTTL sets a Redis lease's time to live; the watchdog renews it every
+// TTL/3 and the lease is lost (generators stop) once renewals have failed
+// for 90 % of it. Default: 10 s. Ignored by ZooKeeper, where the session
+// timeout plays this role.
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithCheckpoint sets how often a Snowflake made by Lease.NewSnowflake saves
+// its high-water mark. Default: 3 s.
+func WithCheckpoint(d time.Duration) Option { return func(o *options) { o.checkpoint = d } }
+
+// WithPrefix sets the Redis key prefix. Default: "coordkit:worker:".
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithRoot sets the ZooKeeper root path. Default: "/coordkit/workers".
+func WithRoot(path string) Option { return func(o *options) { o.root = path } }
+
+// WithACL sets the ACL of the znodes a ZKLeaser creates. Default:
+// zk.WorldACL(zk.PermAll).
+func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
+
+// WithHost sets the host name recorded with a lease. Default: os.Hostname().
+func WithHost(h string) Option { return func(o *options) { o.host = h } }
+
+// WithClock sets the clock used for lease records and high-water marks.
+// Default: time.Now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
