@@ -1,0 +1,159 @@
+package workerid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coordkit/coordkit/idgen"
+)
+
+// Lease is a worker ID held by this process until Release or loss. Its
+// methods are safe for concurrent use.
+type Lease struct {
+	service    string
+	id         int64
+	max        int64
+	lost       <-chan struct{}
+	cause      func() error
+	hw         idgen.HighWaterStore
+	checkpoint time.Duration
+	free       func(ctx context.Context) error // closes lost, stops the keeper, gives the ID back
+
+	mu       sync.Mutex // protects gens, released, stop
+	gens     []*idgen.Snowflake
+	released bool
+	stop     chan struct{} // closes the checkpoint loop; nil until the first generator
+	wg       sync.WaitGroup
+}
+
+// Service returns the service name the ID was leased for.
+func (l *Lease) Service() string { return l.service }
+
+// ID returns the leased worker ID.
+func (l *Lease) ID() int64 { return l.id }
+
+// Lost returns a channel that is closed once the ID is no longer held by
+// this process: lost (Redis: a renewal answered "not held", or renewals kept
+// failing; ZooKeeper: the session expired, or was in doubt for too long) or
+// given back by Release. Generators made by NewSnowflake stop issuing at
+// that moment, before the ID can be leased by another process.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err returns why the lease ended (ErrReleased after Release), or nil while
+// it is held.
+func (l *Lease) Err() error {
+	select {
+	case <-l.lost:
+		return l.cause()
+	default:
+		return nil
+	}
+}
+
+// HighWater returns the store of this worker ID's high-water mark.
+func (l *Lease) HighWater() idgen.HighWaterStore { return l.hw }
+
+// NewSnowflake returns a Snowflake for the leased worker ID that stops
+// issuing IDs (idgen.ErrLeaseLost) the moment the lease is lost, starts above
+// the worker's stored high-water mark (a clock behind it by more than the
+// generator's tolerance makes NewSnowflake fail with
+// *idgen.ClockBackwardsError), and saves its mark every checkpoint interval
+// and on Release. The lease's maximum worker ID must fit the layout.
+func (l *Lease) NewSnowflake(ctx context.Context, layout idgen.Layout, opts ...idgen.Option) (*idgen.Snowflake, error) {
+	if err := layout.Validate(); err != nil {
+		return nil, err
+	}
+	if width := workerWidth(layout); l.max >= 1<<width {
+		return nil, fmt.Errorf("%w: maximum worker ID %d does not fit the %d worker bits of layout %q",
+			ErrInvalid, l.max, width, layout.Name)
+	}
+	mark, err := l.hw.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("workerid: load high-water mark: %w", err)
+	}
+	all := append([]idgen.Option{idgen.WithLease(l.lost), idgen.WithHighWater(mark)}, opts...)
+	s, err := idgen.NewSnowflake(layout, l.id, all...)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return nil, ErrReleased
+	}
+	l.gens = append(l.gens, s)
+	if l.stop == nil {
+		l.stop = make(chan struct{})
+		l.wg.Add(1)
+		go l.checkpoints(l.stop) // owned by the lease: Release stops and waits for it
+	}
+	return s, nil
+}
+
+// workerWidth is the number of bits of the whole worker number (datacenter
+// and machine together, if split).
+func workerWidth(l idgen.Layout) int {
+	if l.WorkerBits == 0 && l.TimeBits == 0 && l.SequenceBits == 0 {
+		return 10 // the zero Layout is Twitter's
+	}
+	return l.WorkerBits
+}
+
+func (l *Lease) checkpoints(stop <-chan struct{}) {
+	defer l.wg.Done()
+	t := time.NewTicker(l.checkpoint)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-l.lost:
+			return // no mark may be written for an ID that is no longer ours
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), l.checkpoint)
+			l.saveMarks(ctx) // a failed save is retried at the next tick
+			cancel()
+		}
+	}
+}
+
+func (l *Lease) saveMarks(ctx context.Context) error {
+	l.mu.Lock()
+	gens := append([]*idgen.Snowflake(nil), l.gens...)
+	l.mu.Unlock()
+	var errs []error
+	for _, g := range gens {
+		errs = append(errs, g.Checkpoint(ctx, l.hw))
+	}
+	return errors.Join(errs...)
+}
+
+// Release saves the high-water marks of the lease's generators, closes Lost
+// (so the generators stop issuing), stops keeping the lease and gives the ID
+// back, so another process can lease it. It returns ErrReleased if called
+// twice, and the error of saving or freeing otherwise (the ID is then freed
+// by its TTL or session end).
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return ErrReleased
+	}
+	l.released = true
+	stop := l.stop
+	l.mu.Unlock()
+	if stop != nil {
+		close(stop)
+	}
+	l.wg.Wait()
+	var saveErr error
+	select {
+	case <-l.lost:
+	default:
+		saveErr = l.saveMarks(ctx)
+	}
+	return errors.Join(saveErr, l.free(ctx))
+}
