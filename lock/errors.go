@@ -14,3 +14,18 @@ var (
 	// the lease is lost, and the error Do returns then.
 	ErrLockLost = errors.New("lock: lease lost")
 )
+
+var (
+	// ErrInvalid is wrapped by the errors for invalid arguments: a nil
+	// client, an empty key, a TTL at or below zero or under MinTTL.
+	ErrInvalid = errors.New("lock: invalid argument")
+	// ErrClosed is returned by a Client or Simple lock after Close, and is
+	// the cause of the loss of every lease it still renewed.
+	ErrClosed = errors.New("lock: client closed")
+	// ErrTooFewReplicas is returned by Obtain when WithWaitReplicas is set
+	// and fewer replicas acknowledged the acquisition in time.
+	ErrTooFewReplicas = errors.New("lock: too few replicas acknowledged the lock")
+	// ErrConflict is returned by Optimistic when every attempt found the
+	// watched keys changed.
+	ErrConflict = errors.New("lock: optimistic transaction kept conflicting")
+)

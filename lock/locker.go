@@ -67,8 +67,14 @@ func Apply(opts []Option) ObtainOptions {
 }
 
 // WithTTL sets the lease's time to live. Default: the Locker's default TTL
-// (30 s for the Redis lock, as Redisson's watchdog timeout).
-func WithTTL(d time.Duration) Option { return func(o *ObtainOptions) { o.TTL = d } }
+// (30 s for the Redis lock, as Redisson's watchdog timeout). d must be
+// positive: WithTTL(d ≤ 0) records a negative TTL, which Lockers refuse.
+func WithTTL(d time.Duration) Option {
+	if d <= 0 {
+		d = -1
+	}
+	return func(o *ObtainOptions) { o.TTL = d }
+}
 
 // WithMaxHold stops the watchdog renewing the lease after d, so a stuck
 // holder cannot keep the lock forever. Default: 0, renew until released.

@@ -37,9 +37,12 @@ type Config struct {
 	// MaxHold stops renewals once it has passed since Start. Default: 0,
 	// renew until Stop.
 	MaxHold time.Duration
-	// Renewed, if set, is called after each renewal with its result (for
+	// OnRenew, if set, is called after each renewal with its result (for
 	// metrics). It must not block.
-	Renewed func(err error)
+	OnRenew func(err error)
+	// OnLost, if set, is called once with the cause when the lease is lost
+	// (for metrics). It must not block, nor call the Watchdog's methods.
+	OnLost func(cause error)
 	// LastRenewed is when the lease was last extended before Start (e.g.
 	// the start of the acquisition request). Default: Now() at Start.
 	LastRenewed time.Time
@@ -144,6 +147,9 @@ func (w *Watchdog) loseLocked(cause error) {
 	if w.err == nil {
 		w.err = cause
 		close(w.lost)
+		if w.cfg.OnLost != nil {
+			w.cfg.OnLost(cause)
+		}
 	}
 }
 
@@ -206,8 +212,8 @@ func (w *Watchdog) loop(ctx context.Context) {
 			return
 		case r := <-res:
 			inflight = false
-			if cfg.Renewed != nil {
-				cfg.Renewed(r.err)
+			if cfg.OnRenew != nil {
+				cfg.OnRenew(r.err)
 			}
 			switch {
 			case r.err == nil:

@@ -239,7 +239,7 @@ func TestRenewedHook(t *testing.T) {
 			}
 			return nil
 		},
-		Renewed: func(err error) {
+		OnRenew: func(err error) {
 			if err != nil {
 				failed.Add(1)
 			} else {

@@ -1,0 +1,92 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Info is the state of one lock, as Inspect reads it.
+type Info struct {
+	Key string
+	// Owners maps each owner holding the lock to its hold count (at most one
+	// owner, unless the key was written by something else).
+	Owners map[string]int64
+	// TTL is the lock's remaining time to live (0 when free).
+	TTL time.Duration
+	// Token is the last fencing token issued for the key (0 if none ever).
+	Token int64
+	// Waiters lists the queued waiters' ids ("<client id>:<n>") in arrival
+	// order, and WaiterTTLs how long each keeps its place without calling in
+	// again (negative: unknown, it is skipped when it comes first).
+	Waiters    []string
+	WaiterTTLs []time.Duration
+}
+
+// Held reports whether some owner holds the lock.
+func (i Info) Held() bool { return len(i.Owners) > 0 }
+
+// Inspect reads the state of key's lock in one round trip, for operators
+// and tests. It fails if the lock's key holds another type.
+func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
+	if _, err := c.resolve(key, nil); err != nil {
+		return Info{}, err
+	}
+	res, err := inspectScript.Run(ctx, c.rdb, c.keys(key)).Slice()
+	if err != nil {
+		return Info{}, fmt.Errorf("lock: inspect %q: %w", key, err)
+	}
+	info := Info{Key: key, Owners: map[string]int64{}}
+	if len(res) != 5 {
+		return info, fmt.Errorf("lock: inspect %q: unexpected reply %v", key, res)
+	}
+	kv, _ := res[0].([]any)
+	for i := 0; i+1 < len(kv); i += 2 {
+		owner, _ := kv[i].(string)
+		s, _ := kv[i+1].(string)
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return info, fmt.Errorf("lock: inspect %q: hold count %q of %q is not a number", key, s, owner)
+		}
+		info.Owners[owner] = n
+	}
+	if ms, _ := res[1].(int64); ms > 0 {
+		info.TTL = time.Duration(ms) * time.Millisecond
+	}
+	if s, ok := res[2].(string); ok {
+		if info.Token, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return info, fmt.Errorf("lock: inspect %q: fencing counter %q is not a number", key, s)
+		}
+	}
+	ws, _ := res[3].([]any)
+	left, _ := res[4].([]any)
+	for i, w := range ws {
+		s, _ := w.(string)
+		info.Waiters = append(info.Waiters, s)
+		var ms int64 = -1
+		if i < len(left) {
+			ms, _ = left[i].(int64)
+		}
+		info.WaiterTTLs = append(info.WaiterTTLs, time.Duration(ms)*time.Millisecond)
+	}
+	return info, nil
+}
+
+// ForceRelease deletes key's lock whoever holds it and wakes the next
+// waiter; the fencing counter is kept, so the next holder's token is still
+// larger. The former holder's watchdog finds the lock gone at its next
+// renewal and reports the lease lost. It returns whether a lock was held.
+// For operators: a holder that is still running no longer has mutual
+// exclusion (fencing tokens protect the resources that check them).
+func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if _, err := c.resolve(key, nil); err != nil {
+		return false, err
+	}
+	k := c.keys(key)
+	n, err := forceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3]}, c.chanPrefix).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lock: force-release %q: %w", key, err)
+	}
+	return n == 1, nil
+}

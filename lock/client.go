@@ -1,0 +1,496 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+var _ Locker = (*Client)(nil)
+
+// leaveTimeout bounds the clean-up calls made after ctx ended (leaving the
+// queue, releasing after too few replicas acknowledged).
+const leaveTimeout = 2 * time.Second
+
+// Client is the reentrant Redis hash lock (see the package documentation).
+// It is safe for concurrent use. The zero value is not usable: call New.
+type Client struct {
+	rdb        redis.UniversalClient
+	o          clientOptions
+	err        error  // invalid construction, returned by every call
+	id         string // this client's id: its waiters are "<id>:<n>"
+	chanPrefix string // prefix of every client's wake-up channel
+	quit       chan struct{}
+
+	mu      sync.Mutex // protects the fields below and every lease's released
+	seq     uint64
+	holds   map[holdKey]*hold
+	waiters map[string]chan struct{}
+	sub     *subscription // nil until the first wait that needs notification
+	closed  bool
+}
+
+// holdKey identifies a hold: the levels one owner holds on one key through
+// this client. They share one watchdog.
+type holdKey struct{ key, owner string }
+
+type hold struct {
+	k      holdKey
+	levels int
+	wd     *watchdog.Watchdog
+	since  time.Time
+}
+
+// subscription is the client's one Pub/Sub connection, subscribed to its
+// own wake-up channel.
+type subscription struct {
+	ready chan struct{} // closed once subscribed, or failed (err)
+	err   error         // written before ready is closed
+	ps    *redis.PubSub
+	done  chan struct{} // closed when the dispatching goroutine ends
+}
+
+// New returns a Client that locks keys on rdb, which it does not close. It
+// never fails: an invalid argument (nil rdb, a bad option) makes every
+// Obtain and TryObtain return an error wrapping ErrInvalid.
+func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
+	o := defaultClientOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	c := &Client{
+		rdb:     rdb,
+		o:       o,
+		id:      strings.ReplaceAll(uuid.NewString(), "-", ""),
+		quit:    make(chan struct{}),
+		holds:   map[holdKey]*hold{},
+		waiters: map[string]chan struct{}{},
+	}
+	c.chanPrefix = o.prefix + "wake:"
+	switch {
+	case rdb == nil:
+		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
+	case strings.ContainsAny(o.prefix, "{}"):
+		c.err = fmt.Errorf("%w: key prefix %q contains a brace", ErrInvalid, o.prefix)
+	default:
+		c.err = o.validate()
+	}
+	return c
+}
+
+// keys returns the lock's keys: hash, fence, queue, deadlines. They share
+// the hash tag {key}, hence one Cluster slot.
+func (c *Client) keys(key string) []string {
+	h := c.o.prefix + "{" + key + "}"
+	return []string{h, h + ":fence", h + ":q", h + ":qt"}
+}
+
+// resolve checks the call's arguments and applies defaults.
+func (c *Client) resolve(key string, opts []Option) (ObtainOptions, error) {
+	o := Apply(opts)
+	if c == nil {
+		return o, fmt.Errorf("%w: nil *lock.Client", ErrInvalid)
+	}
+	if c.err != nil {
+		return o, c.err
+	}
+	return o, checkObtain(key, &o, c.o.ttl)
+}
+
+func checkObtain(key string, o *ObtainOptions, defaultTTL time.Duration) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if o.TTL == 0 {
+		o.TTL = defaultTTL
+	}
+	if o.TTL < MinTTL {
+		return fmt.Errorf("%w: TTL %v (minimum %v)", ErrInvalid, o.TTL, MinTTL)
+	}
+	if o.MaxHold < 0 {
+		return fmt.Errorf("%w: negative MaxHold %v", ErrInvalid, o.MaxHold)
+	}
+	return nil
+}
+
+// Obtain blocks until key is held by ctx's owner (a new random owner if ctx
+// carries none), ctx ends, or an error occurs. It re-enters a lock its owner
+// already holds. Waiting is notified: the release that frees the lock wakes
+// the first waiter in line through this client's Pub/Sub connection, and
+// each wait is bounded by the holder's remaining TTL. With WithRetry it
+// polls instead.
+//
+// Errors: errors.Join(ErrNotObtained, ctx.Err()) when ctx ends first;
+// ErrInvalid for bad arguments; ErrClosed after Close; ErrTooFewReplicas
+// (see WithWaitReplicas); otherwise the Redis error, wrapped.
+func (c *Client) Obtain(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return c.obtain(ctx, key, true, opts)
+}
+
+// TryObtain makes one attempt and returns ErrNotObtained if another owner
+// holds key (or, in fair mode, other waiters are queued for it). Its other
+// errors are Obtain's.
+func (c *Client) TryObtain(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return c.obtain(ctx, key, false, opts)
+}
+
+func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Option) (Lease, error) {
+	o, err := c.resolve(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	begin := c.o.now()
+	l, err := c.obtainLoop(ctx, key, wait, o)
+	c.o.metrics.Waited(key, c.o.now().Sub(begin), err)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
+	owner, ok := OwnerFrom(ctx)
+	if !ok {
+		owner = NewOwner()
+	}
+	keys := c.keys(key)
+	notified := o.Retry == nil
+	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
+	var (
+		waiter string
+		wake   chan struct{}
+	)
+	if queue {
+		if notified {
+			if err := c.subscribe(ctx); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		if waiter, wake, err = c.addWaiter(); err != nil {
+			return nil, err
+		}
+		defer c.removeWaiter(waiter)
+	} else if c.isClosed() {
+		return nil, ErrClosed
+	}
+	fair := "0"
+	if c.o.fair {
+		fair = "1"
+	}
+	ttl := o.TTL.Milliseconds()
+	bound := c.o.waiterTimeout.Milliseconds()
+	queued := "0"
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		sent := c.o.now()
+		res, err := c.acquire(ctx, keys, owner, ttl, waiter, fair, bound, c.chanPrefix, queued)
+		if err != nil {
+			if waiter != "" && queued == "1" {
+				c.leave(ctx, keys, waiter)
+			}
+			if ctx.Err() != nil {
+				return nil, errors.Join(ErrNotObtained, ctx.Err())
+			}
+			return nil, err
+		}
+		if res.held {
+			if res.fresh && res.acks < c.o.replicas {
+				return nil, c.undo(ctx, key, keys, owner, ttl, res.acks)
+			}
+			return c.newLease(key, owner, res.token, o, sent), nil
+		}
+		if waiter != "" {
+			queued = "1"
+		}
+		if !wait {
+			return nil, ErrNotObtained
+		}
+		d := res.wait
+		if o.Retry != nil {
+			d = o.Retry(attempt)
+		}
+		if queue {
+			d = min(d, c.o.waiterTimeout/3) // call in before the waiter is skipped
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-wake: // nil unless queued: then the release woke this waiter
+		case <-timer.C:
+		case <-c.quit:
+			if queued == "1" {
+				c.leave(ctx, keys, waiter)
+			}
+			return nil, ErrClosed
+		case <-ctx.Done():
+			if queued == "1" {
+				c.leave(ctx, keys, waiter)
+			}
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		}
+	}
+}
+
+type acquired struct {
+	held  bool
+	fresh bool
+	token int64
+	wait  time.Duration
+	acks  int
+}
+
+// acquire runs acquire.lua, pipelined with WAIT when replicas are required.
+func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acquired, error) {
+	var (
+		res  []any
+		acks int64
+		err  error
+	)
+	if c.o.replicas == 0 {
+		res, err = acquireScript.Run(ctx, c.rdb, keys, args...).Slice()
+	} else {
+		res, acks, err = c.acquireAndWait(ctx, keys, args)
+	}
+	if err != nil {
+		return acquired{}, fmt.Errorf("lock: obtain %q: %w", keys[0], err)
+	}
+	var a acquired
+	if len(res) < 2 {
+		return a, fmt.Errorf("lock: obtain %q: unexpected reply %v", keys[0], res)
+	}
+	st, _ := res[0].(int64)
+	v, _ := res[1].(int64)
+	if st == 1 {
+		f, _ := res[2].(int64)
+		return acquired{held: true, fresh: f == 1, token: v, acks: int(acks)}, nil
+	}
+	return acquired{wait: time.Duration(max(v, 1)) * time.Millisecond}, nil
+}
+
+// acquireAndWait sends acquire.lua and WAIT in one pipeline on one
+// connection (WAIT counts the replicas that have that connection's writes).
+func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) ([]any, int64, error) {
+	var conn redis.Scripter = c.rdb
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		conn = m
+	}
+	pl, ok := conn.(interface{ Pipeline() redis.Pipeliner })
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: WithWaitReplicas needs a client with pipelines, not %T", ErrInvalid, conn)
+	}
+	for range 2 {
+		pipe := pl.Pipeline()
+		ev := acquireScript.EvalSha(ctx, pipe, keys, args...)
+		wait := pipe.Do(ctx, "WAIT", c.o.replicas, c.o.replicaWait.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if err := ev.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err := acquireScript.Load(ctx, conn).Err(); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		res, err := ev.Slice()
+		if err != nil {
+			return nil, 0, err
+		}
+		acks, err := wait.Int64()
+		if err != nil {
+			return nil, 0, fmt.Errorf("WAIT: %w", err)
+		}
+		return res, acks, nil
+	}
+	return nil, 0, errors.New("script not loaded after SCRIPT LOAD")
+}
+
+// undo releases an acquisition that too few replicas acknowledged.
+func (c *Client) undo(ctx context.Context, key string, keys []string, owner string, ttl int64, acks int) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	err := releaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID()},
+		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix).Err()
+	e := fmt.Errorf("%w: %d of %d for %q", ErrTooFewReplicas, acks, c.o.replicas, key)
+	if err != nil {
+		return errors.Join(e, fmt.Errorf("lock: release after WAIT: %w", err))
+	}
+	return e
+}
+
+// leave takes a waiter out of the queue after its ctx ended or its client
+// closed, on a ctx detached from that end.
+func (c *Client) leave(ctx context.Context, keys []string, waiter string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	// A failure leaves the entry to be skipped after the waiter timeout.
+	_ = leaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3]}, waiter, c.chanPrefix).Err()
+}
+
+func (c *Client) nextID() string {
+	c.mu.Lock()
+	c.seq++
+	n := c.seq
+	c.mu.Unlock()
+	return c.id + ":" + strconv.FormatUint(n, 10)
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *Client) addWaiter() (string, chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", nil, ErrClosed
+	}
+	c.seq++
+	id := c.id + ":" + strconv.FormatUint(c.seq, 10)
+	ch := make(chan struct{}, 1)
+	c.waiters[id] = ch
+	return id, ch, nil
+}
+
+func (c *Client) removeWaiter(id string) {
+	c.mu.Lock()
+	delete(c.waiters, id)
+	c.mu.Unlock()
+}
+
+// wake delivers a wake-up to the local waiter it names, if it still waits.
+func (c *Client) wake(id string) {
+	c.mu.Lock()
+	ch := c.waiters[id]
+	c.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default: // already woken
+		}
+	}
+}
+
+// subscribe makes sure the client's Pub/Sub connection is subscribed to its
+// wake-up channel before any of its waiters is queued, so that no wake-up
+// is published before anyone listens.
+func (c *Client) subscribe(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	s := c.sub
+	first := s == nil
+	if first {
+		s = &subscription{ready: make(chan struct{}), done: make(chan struct{})}
+		c.sub = s
+	}
+	c.mu.Unlock()
+	if first {
+		c.startSubscription(s)
+	}
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return errors.Join(ErrNotObtained, ctx.Err())
+	}
+	if s.err != nil {
+		return fmt.Errorf("lock: subscribe: %w", s.err)
+	}
+	return nil
+}
+
+// startSubscription subscribes (on its own timeout: the connection serves
+// every waiter of the client) and starts the dispatching goroutine, owned
+// by the client: Close ends and waits for it.
+func (c *Client) startSubscription(s *subscription) {
+	defer close(s.ready)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps := c.rdb.Subscribe(ctx, c.chanPrefix+c.id)
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		ps.Close()
+		s.err = err
+		close(s.done)
+		c.mu.Lock()
+		if c.sub == s {
+			c.sub = nil // the next waiter tries again
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		s.ps = ps
+	}
+	c.mu.Unlock()
+	if closed {
+		ps.Close()
+		s.err = ErrClosed
+		close(s.done)
+		return
+	}
+	ch := ps.Channel(redis.WithChannelSize(1024))
+	go func() {
+		defer close(s.done)
+		for m := range ch {
+			c.wake(m.Payload)
+		}
+	}()
+}
+
+// Close stops the client: it closes the Pub/Sub connection, wakes every
+// waiting Obtain (which returns ErrClosed), and stops renewing held leases,
+// whose Lost channels close with cause ErrClosed; the locks expire after
+// their TTL unless released. Close does not close the Redis client. It is
+// idempotent.
+func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.quit)
+	s := c.sub
+	holds := make([]*hold, 0, len(c.holds))
+	for _, h := range c.holds {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+	if s != nil {
+		<-s.ready
+		if s.ps != nil {
+			s.ps.Close()
+		}
+		<-s.done
+	}
+	for _, h := range holds {
+		h.wd.Lose(ErrClosed)
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+// Package lock is coordkit's lock contract — Locker, Lease, Do, WithOwner,
+// the options and errors shared by the Redis lock here, redlock and zklock —
+// and its flagship implementation: a reentrant Redis hash lock with fencing
+// tokens, a watchdog, notified (not polled) waiting and an optional fair
+// mode. It also holds the simple SET NX PX lock (Simple) and an optimistic
+// WATCH/MULTI/EXEC helper (Optimistic, Update) for the read-modify-writes
+// that need no lock at all.
+//
+// # Redis key schema
+//
+// For a lock named key, with the client's prefix P (DefaultPrefix,
+// "coordkit:lock:"), every key shares the hash tag {key}, so that one Lua
+// script touches one Redis Cluster slot and the same code runs on a single
+// node, Sentinel and Cluster through redis.UniversalClient:
+//
+//	P{key}            hash    owner -> hold count; PEXPIRE TTL
+//	P{key}:fence      string  fencing counter; no TTL, never deleted by a release
+//	P{key}:q          list    queued waiter ids "<client id>:<n>", in arrival order
+//	P{key}:qt         zset    waiter id -> deadline (Redis server time, ms)
+//	P{key}:r:<req>    string  answer of one release, kept for the release window
+//	P wake:<client>   channel one per Client; a message is the id of the waiter to wake
+//
+// (The channel is "P" + "wake:" + the client id.) Simple uses a string at
+// "coordkit:slock:{key}" and its own fencing counter beside it.
+//
+// # Algorithm
+//
+// Acquire, release and renew are one Lua script and one round trip each
+// (EVALSHA; EVAL once after NOSCRIPT); the scripts are in lua/, one file each.
+//
+// Acquire (acquire.lua): if the hash holds the caller's owner, increment its
+// count and re-arm the TTL (re-entry: the token is the counter's current
+// value, the same as at the fresh acquisition). If the hash is absent, create
+// it with count 1, PEXPIRE TTL, and take the next fencing token from the
+// counter. Otherwise queue the caller's waiter id (or refresh its deadline to
+// server time + the waiter timeout) and return the holder's PTTL.
+//
+// Release (release.lua): not the owner's → not held. Decrement; at zero
+// delete the hash and PUBLISH the id of the first live queued waiter on that
+// waiter's client's channel — one message to one process, never a herd. The
+// woken waiter acquires (and leaves the queue) in its next round trip. A
+// release in steady contention therefore costs three commands per critical
+// section: the failed attempt that queues, the attempt that succeeds, and the
+// release.
+//
+// Waiting: every Client has one Pub/Sub connection, opened by its first wait
+// and subscribed to its own channel only, never one per waiter or per key.
+// It is subscribed before any of its waiters is queued, and each waiter is
+// registered locally before its first attempt, so no wake-up is missed. Each
+// wait is bounded by the holder's PTTL (the lock may expire without a
+// release) and by a third of the waiter timeout (a queued waiter calls in to
+// keep its place); ctx ends the wait (the waiter then leaves the queue:
+// leave.lua, which passes the wake-up on if the lock is free). A wake-up lost
+// with the Pub/Sub connection costs at most one of those bounds.
+//
+// Fair mode (WithFair): a free lock is only taken by the first live waiter
+// in the queue (or by anyone when the queue is empty), so waiters are served
+// in arrival order across all clients and a releaser cannot barge — its next
+// attempt queues behind the others. Without fair mode a free lock goes to
+// whoever asks first, which favours the releaser (throughput) while the
+// queue still wakes one waiter per release, first come first woken.
+//
+// Vanished waiters: each queued waiter has a deadline in Redis server time
+// (redis.call('TIME') inside the scripts, allowed by effects replication
+// since Redis 5 and the only mode since Redis 7), refreshed by every attempt
+// it makes; scripts drop expired waiters when they reach the head of the
+// queue. A crashed waiter is therefore skipped at most one waiter timeout
+// after it last called in, without any client clock.
+//
+// Fencing: the counter is separate from the hash, so it survives releases
+// and expiry. A counter that does not exist (a new key, or data lost by a
+// restart or failover) starts at the server's time in microseconds, so
+// tokens stay strictly increasing across data loss as long as the server's
+// clock does not go back and fewer than one acquisition per microsecond was
+// ever made.
+//
+// Retry-safe release: each lease's release carries a request id; the script
+// stores its answer under P{key}:r:<req> for the release window, and a
+// repeated release (the reply was lost; go-redis or the caller retries)
+// returns that answer instead of dropping a second level.
+//
+// The watchdog (package watchdog) renews a hold every TTL/3 with renew.lua.
+// One watchdog serves all levels one owner holds on a key through one
+// Client. Lost() closes when a renewal finds the lock gone, when renewals
+// fail for a whole TTL (measured from the start of the last successful one),
+// TTL after MaxHold, or when the Client is closed.
+//
+// # Safety and liveness
+//
+// Mutual exclusion holds while the holder's process and the Redis server
+// agree on elapsed time within the TTL and Redis does not lose the write:
+// a failover to a replica that had not received the lock, a restart without
+// persistence, or a clock jump on the Redis host (key expiry follows the
+// server's wall clock) can let two owners hold the lock at once. Lost()
+// reports such a loss at the next renewal at the latest; fencing tokens let
+// the protected resource refuse the stale holder. WithWaitReplicas narrows
+// the failover window; Redlock (package redlock) or ZooKeeper (package
+// zklock) remove the single point of failure.
+//
+// Liveness: a lock whose holder vanished is free at most TTL later; a waiter
+// that vanished is skipped at most one waiter timeout later. Without fair
+// mode a waiter can starve under constant barging; in fair mode it is served
+// after the waiters queued before it.
+//
+// # When not to use it
+//
+// For counters and other single-key read-modify-writes, Update or Optimistic
+// (WATCH/MULTI/EXEC) or a Lua script need no lock. When the protected
+// resource cannot check fencing tokens and a double holder would be
+// unacceptable, use a consensus system (zklock) instead of Redis.
+package lock

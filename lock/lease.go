@@ -1,0 +1,142 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+// lease is one level of a hold obtained from a Client. Besides Lease it has
+// Err, which reports why it was lost.
+type lease struct {
+	c        *Client
+	h        *hold
+	key      string
+	owner    string
+	token    int64
+	ttl      int64  // ms
+	marker   string // this release's request marker key
+	released bool   // protected by c.mu
+}
+
+func (l *lease) Key() string           { return l.key }
+func (l *lease) Token() int64          { return l.token }
+func (l *lease) Lost() <-chan struct{} { return l.h.wd.Lost() }
+
+// Owner returns the owner that holds the lease.
+func (l *lease) Owner() string { return l.owner }
+
+// Err returns nil while the lease is not known to be lost, and then an
+// error matching ErrLockLost that wraps the cause (watchdog.ErrNotHeld,
+// watchdog.ErrExpired, watchdog.ErrMaxHold, ErrClosed).
+func (l *lease) Err() error {
+	if err := l.h.wd.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrLockLost, err)
+	}
+	return nil
+}
+
+// newLease records one more level of owner's hold on key, starting the
+// hold's watchdog on the first level. at is when the acquisition was sent.
+func (c *Client) newLease(key, owner string, token int64, o ObtainOptions, at time.Time) *lease {
+	k := holdKey{key, owner}
+	l := &lease{c: c, key: key, owner: owner, token: token, ttl: o.TTL.Milliseconds()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	l.marker = c.o.prefix + "{" + key + "}:r:" + c.id + ":" + fmt.Sprint(c.seq)
+	h := c.holds[k]
+	if h != nil {
+		select {
+		case <-h.wd.Lost(): // that hold is gone; its leases keep it
+			h = nil
+		default:
+		}
+	}
+	if h == nil {
+		h = &hold{k: k, since: at}
+		h.wd = c.startWatchdog(key, owner, o, at)
+		c.holds[k] = h
+	}
+	if c.closed { // Close has stopped every watchdog it saw
+		h.wd.Lose(ErrClosed)
+	}
+	h.levels++
+	l.h = h
+	return l
+}
+
+func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time) *watchdog.Watchdog {
+	keys := []string{c.o.prefix + "{" + key + "}"}
+	ttl := o.TTL.Milliseconds()
+	m := c.o.metrics
+	wd, err := watchdog.Start(watchdog.Config{
+		TTL:         o.TTL,
+		MaxHold:     o.MaxHold,
+		LastRenewed: at,
+		Now:         c.o.now,
+		Renew: func(ctx context.Context) error {
+			n, err := renewScript.Run(ctx, c.rdb, keys, owner, ttl).Int64()
+			switch {
+			case err != nil:
+				return fmt.Errorf("lock: renew %q: %w", key, err)
+			case n == 0:
+				return fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld)
+			}
+			return nil
+		},
+		OnRenew: func(err error) { m.Renewed(key, err) },
+		OnLost:  func(cause error) { m.Lost(key, cause) },
+	})
+	if err != nil { // o was validated against MinTTL: this is a bug
+		panic(err)
+	}
+	return wd
+}
+
+// Release drops one level of the hold; the outermost release deletes the
+// lock and wakes the next waiter. It returns ErrNotHeld if the lock was no
+// longer held by the lease's owner, or the lease was released before. A
+// release that failed with a Redis error may be called again: the retry
+// gets the first attempt's answer (kept for the client's release window)
+// and never drops a second level.
+func (l *lease) Release(ctx context.Context) error {
+	c := l.c
+	c.mu.Lock()
+	done := l.released
+	c.mu.Unlock()
+	if done {
+		return ErrNotHeld
+	}
+	h := c.o.prefix + "{" + l.key + "}"
+	left, err := releaseScript.Run(ctx, c.rdb, []string{h, h + ":q", h + ":qt", l.marker},
+		l.owner, l.ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix).Int64()
+	if err != nil {
+		return fmt.Errorf("lock: release %q: %w", l.key, err)
+	}
+	c.mu.Lock()
+	if l.released { // a concurrent Release of this lease got there first
+		c.mu.Unlock()
+		return ErrNotHeld
+	}
+	l.released = true
+	l.h.levels--
+	var ended *hold
+	if l.h.levels == 0 {
+		ended = l.h
+		if c.holds[ended.k] == ended {
+			delete(c.holds, ended.k)
+		}
+	}
+	c.mu.Unlock()
+	if ended != nil {
+		ended.wd.Stop()
+		c.o.metrics.Held(l.key, c.o.now().Sub(ended.since))
+	}
+	if left < 0 {
+		return ErrNotHeld
+	}
+	return nil
+}

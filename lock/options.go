@@ -1,0 +1,127 @@
+package lock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of the Redis lock's client options.
+const (
+	// DefaultTTL is the lease TTL when neither WithTTL nor WithDefaultTTL
+	// says otherwise (Redisson's lockWatchdogTimeout).
+	DefaultTTL = 30 * time.Second
+	// MinTTL is the renewal floor: a TTL below it cannot be renewed reliably
+	// (the watchdog renews every TTL/3) and is refused.
+	MinTTL = 30 * time.Millisecond
+	// DefaultPrefix starts every Redis key and channel name of the lock.
+	DefaultPrefix = "coordkit:lock:"
+	// DefaultWaiterTimeout is how long a queued waiter that stopped calling
+	// in (crashed, partitioned) keeps its place before it is skipped.
+	DefaultWaiterTimeout = 5 * time.Second
+	// DefaultReleaseWindow is how long a release's answer is kept for a
+	// retry of the same release.
+	DefaultReleaseWindow = 10 * time.Second
+)
+
+// ClientOption configures a Client (New) or a Simple lock (NewSimple).
+type ClientOption func(*clientOptions)
+
+type clientOptions struct {
+	prefix        string
+	ttl           time.Duration
+	fair          bool
+	waiterTimeout time.Duration
+	releaseWindow time.Duration
+	replicas      int
+	replicaWait   time.Duration
+	metrics       Metrics
+	now           func() time.Time
+}
+
+func defaultClientOptions() clientOptions {
+	return clientOptions{
+		prefix:        DefaultPrefix,
+		ttl:           DefaultTTL,
+		waiterTimeout: DefaultWaiterTimeout,
+		releaseWindow: DefaultReleaseWindow,
+		metrics:       noMetrics{},
+		now:           time.Now,
+	}
+}
+
+func (o *clientOptions) validate() error {
+	switch {
+	case o.prefix == "":
+		return fmt.Errorf("%w: empty key prefix", ErrInvalid)
+	case o.ttl < MinTTL:
+		return fmt.Errorf("%w: default TTL %v below the minimum %v", ErrInvalid, o.ttl, MinTTL)
+	case o.waiterTimeout < 3*time.Millisecond:
+		return fmt.Errorf("%w: waiter timeout %v too short", ErrInvalid, o.waiterTimeout)
+	case o.releaseWindow < time.Millisecond:
+		return fmt.Errorf("%w: release window %v too short", ErrInvalid, o.releaseWindow)
+	case o.replicas < 0 || o.replicas > 0 && o.replicaWait <= 0:
+		return fmt.Errorf("%w: WithWaitReplicas(%d, %v)", ErrInvalid, o.replicas, o.replicaWait)
+	}
+	return nil
+}
+
+// WithPrefix sets the prefix of every Redis key and channel the lock uses
+// (see the key schema in the package documentation). Default: DefaultPrefix
+// ("coordkit:lock:"). It must not contain '{' or '}'.
+func WithPrefix(p string) ClientOption { return func(o *clientOptions) { o.prefix = p } }
+
+// WithDefaultTTL sets the TTL of leases obtained without WithTTL.
+// Default: DefaultTTL (30 s).
+func WithDefaultTTL(d time.Duration) ClientOption { return func(o *clientOptions) { o.ttl = d } }
+
+// WithFair makes the lock fair: waiters from every client are served in
+// arrival order and a releaser cannot barge ahead of them. Every client
+// that uses a key must agree on the mode. Default: not fair (a free lock is
+// taken by whoever asks first; waiters are still woken one at a time, in
+// arrival order).
+func WithFair() ClientOption { return func(o *clientOptions) { o.fair = true } }
+
+// WithWaiterTimeout sets how long a queued waiter keeps its place without
+// calling in again; a waiter that crashed is skipped after it. Live waiters
+// call in every third of it. Default: DefaultWaiterTimeout (5 s).
+func WithWaiterTimeout(d time.Duration) ClientOption {
+	return func(o *clientOptions) { o.waiterTimeout = d }
+}
+
+// WithReleaseWindow sets how long Redis keeps the answer to a release so
+// that the same release, sent again after its reply was lost, gets the same
+// answer instead of dropping a second level. Default: DefaultReleaseWindow
+// (10 s, longer than go-redis' read timeout times its retries).
+func WithReleaseWindow(d time.Duration) ClientOption {
+	return func(o *clientOptions) { o.releaseWindow = d }
+}
+
+// WithWaitReplicas makes every fresh acquisition wait (Redis WAIT) until n
+// replicas acknowledged it, at most timeout; when fewer do, the lock is
+// released again and Obtain fails with ErrTooFewReplicas. Default: 0, do
+// not wait. WAIT narrows, but does not close, the window in which a
+// failover to a replica loses a lock.
+func WithWaitReplicas(n int, timeout time.Duration) ClientOption {
+	return func(o *clientOptions) { o.replicas, o.replicaWait = n, timeout }
+}
+
+// WithMetrics sets the hooks that observe waits, holds, renewals and
+// losses. Default: none.
+func WithMetrics(m Metrics) ClientOption {
+	return func(o *clientOptions) {
+		if m == nil {
+			m = noMetrics{}
+		}
+		o.metrics = m
+	}
+}
+
+// WithClock sets the clock used to time leases (the watchdog's expiry
+// estimate) and metrics. Default: time.Now.
+func WithClock(now func() time.Time) ClientOption {
+	return func(o *clientOptions) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
