@@ -171,11 +171,12 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 		waiter string
 		wake   chan struct{}
 	)
+	// A client subscribes to its wake-up channel on its first wait, not its
+	// first Obtain: until then a first attempt does not queue.
+	subscribeFirst := false
 	if queue {
-		if notified {
-			if err := c.subscribe(ctx); err != nil {
-				return nil, err
-			}
+		if notified && !c.subscribed() {
+			subscribeFirst = true
 		}
 		var err error
 		if waiter, wake, err = c.addWaiter(); err != nil {
@@ -195,7 +196,11 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
 		sent := c.o.now()
-		res, err := c.acquire(ctx, keys, owner, ttl, waiter, fair, bound, c.chanPrefix, queued)
+		w := waiter
+		if subscribeFirst {
+			w = ""
+		}
+		res, err := c.acquire(ctx, keys, owner, ttl, w, fair, bound, c.chanPrefix, queued)
 		if err != nil {
 			if waiter != "" && queued == "1" {
 				c.leave(ctx, keys, waiter)
@@ -211,11 +216,18 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 			}
 			return c.newLease(key, owner, res.token, o, sent), nil
 		}
-		if waiter != "" {
-			queued = "1"
-		}
 		if !wait {
 			return nil, ErrNotObtained
+		}
+		if subscribeFirst {
+			if err := c.subscribe(ctx); err != nil {
+				return nil, err
+			}
+			subscribeFirst = false
+			continue // and queue at once
+		}
+		if waiter != "" {
+			queued = "1"
 		}
 		d := res.wait
 		if o.Retry != nil {
@@ -350,6 +362,13 @@ func (c *Client) nextID() string {
 	n := c.seq
 	c.mu.Unlock()
 	return c.id + ":" + strconv.FormatUint(n, 10)
+}
+
+// subscribed reports whether the client's wake-up subscription is up.
+func (c *Client) subscribed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sub != nil && c.sub.ps != nil
 }
 
 func (c *Client) isClosed() bool {

@@ -85,3 +85,9 @@ func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) 
 		t.Fatalf("%s: not within %v", what, d)
 	}
 }
+
+// testserverRedis starts a Redis server of the test's own.
+func testserverRedis(t testing.TB) *testserver.Redis {
+	t.Helper()
+	return testserver.StartRedis(t)
+}
