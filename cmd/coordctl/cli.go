@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError marks an error in the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// env is how a command reads a run's surroundings.
+type env struct {
+	ctx    context.Context
+	out    io.Writer
+	errOut io.Writer
+	getenv func(string) string
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(e *env, args []string) error
+}
+
+// commands is filled by init functions of the command files, so that each
+// file owns its commands.
+var commands []command
+
+func register(c command) { commands = append(commands, c) }
+
+const topUsage = `coordkit's operator tool.
+
+Usage:
+  coordctl <command> [flags] [arguments]
+
+Commands:
+%s
+Run "coordctl <command> --help" for a command's flags.
+Exit status: 0 success, 1 failure (e.g. a server is unreachable), 2 bad usage.
+`
+
+func printTop(w io.Writer) {
+	var b strings.Builder
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-16s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, topUsage, b.String())
+}
+
+// run executes one command line and returns the exit status.
+func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) int {
+	e := &env{ctx: ctx, out: out, errOut: errOut, getenv: getenv}
+	if len(args) == 0 {
+		printTop(errOut)
+		return exitUsage
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		printTop(out)
+		return exitOK
+	}
+	// Commands have one or two words: "serve", "id decode".
+	var cmd *command
+	rest := args
+	for i := range commands {
+		c := &commands[i]
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == c.name {
+			if cmd == nil || len(words) > len(strings.Fields(cmd.name)) {
+				cmd, rest = c, args[len(words):]
+			}
+		}
+	}
+	if cmd == nil {
+		// A group word alone ("coordctl lock") lists its commands.
+		var group []string
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, args[0]+" ") {
+				group = append(group, fmt.Sprintf("  coordctl %-16s %s", c.name, c.summary))
+			}
+		}
+		if len(group) > 0 {
+			fmt.Fprintf(errOut, "coordctl %s: a subcommand is needed:\n%s\n", args[0], strings.Join(group, "\n"))
+			return exitUsage
+		}
+		fmt.Fprintf(errOut, "coordctl: unknown command %q\n\n", args[0])
+		printTop(errOut)
+		return exitUsage
+	}
+	err := cmd.run(e, rest)
+	var ue *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(errOut, "coordctl %s: %v\n", cmd.name, err)
+		return exitUsage
+	default:
+		fmt.Fprintf(errOut, "coordctl %s: %v\n", cmd.name, err)
+		return exitFailure
+	}
+}
+
+// newFlags returns a flag set whose errors become usage errors and whose
+// --help prints the command's usage to out.
+func newFlags(e *env, name, argsUsage, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("coordctl "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprintf(e.out, "Usage: coordctl %s [flags] %s\n\n%s\n\nFlags:\n", name, argsUsage, about)
+		fs.SetOutput(e.out)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses args (flags may follow positional arguments) and returns
+// the positional ones.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
+				return nil, err
+			}
+			return nil, usagef("%v", err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// conn holds the connection flags shared by commands that talk to servers.
+type conn struct {
+	redis    string
+	master   string
+	password string
+	tls      bool
+	zk       string
+	timeout  time.Duration
+}
+
+func (c *conn) addRedis(fs *flag.FlagSet, e *env) {
+	fs.StringVar(&c.redis, "redis", envOr(e, "COORDKIT_REDIS", "127.0.0.1:6379"),
+		"Redis address(es), comma-separated: one for a single node, several for a Cluster, the Sentinels' with --redis-master (env COORDKIT_REDIS)")
+	fs.StringVar(&c.master, "redis-master", e.getenv("COORDKIT_REDIS_MASTER"),
+		"Sentinel master name; --redis then lists the Sentinels (env COORDKIT_REDIS_MASTER)")
+	fs.StringVar(&c.password, "redis-password", e.getenv("COORDKIT_REDIS_PASSWORD"),
+		"Redis password (env COORDKIT_REDIS_PASSWORD)")
+	tlsDefault, _ := strconv.ParseBool(e.getenv("COORDKIT_REDIS_TLS"))
+	fs.BoolVar(&c.tls, "redis-tls", tlsDefault, "connect to Redis over TLS (env COORDKIT_REDIS_TLS)")
+	c.addTimeout(fs)
+}
+
+func (c *conn) addZK(fs *flag.FlagSet, e *env) {
+	fs.StringVar(&c.zk, "zk", envOr(e, "COORDKIT_ZK", "127.0.0.1:2181"),
+		"ZooKeeper servers, comma-separated (env COORDKIT_ZK)")
+	c.addTimeout(fs)
+}
+
+func (c *conn) addTimeout(fs *flag.FlagSet) {
+	if fs.Lookup("timeout") == nil {
+		fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for a server")
+	}
+}
+
+func envOr(e *env, name, def string) string {
+	if v := e.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// redisClient connects and PINGs, so an unreachable server is reported as
+// such before the command starts.
+func (c *conn) redisClient(ctx context.Context) (redis.UniversalClient, error) {
+	o := &redis.UniversalOptions{
+		Addrs:       splitList(c.redis),
+		MasterName:  c.master,
+		Password:    c.password,
+		DialTimeout: c.timeout,
+		ReadTimeout: c.timeout,
+	}
+	if c.tls {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if len(o.Addrs) == 0 {
+		return nil, usagef("--redis is empty")
+	}
+	rdb := redis.NewUniversalClient(o)
+	pctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("Redis at %s is unreachable: %w", c.redis, err)
+	}
+	return rdb, nil
+}
+
+// zkConn connects and waits for a session, so an unreachable ensemble is
+// reported as such.
+func (c *conn) zkConn(ctx context.Context) (*zk.Conn, error) {
+	servers := splitList(c.zk)
+	if len(servers) == 0 {
+		return nil, usagef("--zk is empty")
+	}
+	zc, _, err := zk.Connect(servers, max(c.timeout, 4*time.Second), zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
+	if err != nil {
+		return nil, fmt.Errorf("ZooKeeper at %s: %w", c.zk, err)
+	}
+	deadline := time.Now().Add(c.timeout)
+	for zc.State() != zk.StateHasSession {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			zc.Close()
+			return nil, fmt.Errorf("ZooKeeper at %s is unreachable (no session after %v)", c.zk, c.timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return zc, nil
+}
+
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// runCLI runs one command line with the given environment.
+func runCLI(t *testing.T, envv map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut, func(k string) string { return envv[k] })
+	return code, out.String(), errOut.String()
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Fatalf("%s: output differs from %s\n--- got\n%s--- want\n%s", name, path, got, want)
+	}
+}
+
+func TestIDDecodeGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		// The tweet ID from Twitter's Snowflake announcement era.
+		{"decode_twitter", []string{"id", "decode", "1541815603606036480", "--layout", "twitter"}},
+		{"decode_worker10", []string{"id", "decode", "--layout", "worker10", "1541815603606036480"}},
+		{"decode_sonyflake", []string{"id", "decode", "--layout", "sonyflake", "298528864133259265"}},
+		{"decode_objectid", []string{"id", "decode", "--layout", "objectid", "507f1f77bcf86cd799439011"}},
+		{"decode_serial", []string{"id", "decode", "--layout", "serial", "20261123091530123000700000000042"}},
+		{"decode_uuid7", []string{"id", "decode", "--layout", "uuid", "0190163d-8694-739b-aea5-966c26f8ad91"}},
+		{"decode_two", []string{"id", "decode", "--layout", "js53", "1", "123456789012345"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, nil, tc.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			golden(t, tc.name, out)
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "Usage:"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"id"}, "a subcommand is needed"},
+		{[]string{"id", "decode"}, "no ID to decode"},
+		{[]string{"id", "decode", "abc"}, "not a decimal, base32 or base58"},
+		{[]string{"id", "decode", "--layout", "nope", "1"}, `unknown --layout "nope"`},
+		{[]string{"id", "decode", "--layout", "objectid", "zz"}, "objectid"},
+		{[]string{"id", "next", "-n", "0"}, "outside [1, 100000]"},
+		{[]string{"id", "next", "--worker", "5000"}, "worker"},
+		{[]string{"id", "next", "--bogus"}, "flag provided but not defined"},
+	} {
+		code, _, errOut := runCLI(t, nil, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestHelpEverywhere(t *testing.T) {
+	code, out, _ := runCLI(t, nil, "--help")
+	if code != exitOK || !strings.Contains(out, "Commands:") {
+		t.Fatalf("top help: %d %q", code, out)
+	}
+	for _, c := range commands {
+		args := append(strings.Fields(c.name), "--help")
+		code, out, errOut := runCLI(t, nil, args...)
+		if code != exitOK || !strings.Contains(out, "Usage: coordctl "+c.name) {
+			t.Errorf("%s --help: exit %d, out %q, err %q", c.name, code, out, errOut)
+		}
+	}
+}
+
+func TestIDNext(t *testing.T) {
+	for _, kind := range []string{"snowflake", "objectid", "uuid4", "uuid7", "serial"} {
+		code, out, errOut := runCLI(t, nil, "id", "next", "--kind", kind, "-n", "50")
+		if code != exitOK {
+			t.Fatalf("%s: exit %d: %s", kind, code, errOut)
+		}
+		lines := strings.Fields(out)
+		seen := map[string]bool{}
+		for _, l := range lines {
+			if seen[l] {
+				t.Fatalf("%s: duplicate %s", kind, l)
+			}
+			seen[l] = true
+		}
+		if len(lines) != 50 {
+			t.Fatalf("%s: %d IDs", kind, len(lines))
+		}
+	}
+}
