@@ -1,0 +1,249 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+var _ Locker = (*Simple)(nil)
+
+// Simple is the classic single-key Redis lock: SET key value NX PX to take
+// it, compare-and-delete to release it, compare-and-PEXPIRE (by the
+// watchdog) to keep it. Each acquisition has a random value, so no one else
+// can release it, and a fencing token from a counter beside the key.
+//
+// Simple is not reentrant: a second Obtain of a key its caller holds waits
+// until ctx ends (and a nested Do deadlocks until then). Waiting polls the
+// key (WithRetry, or by default every few milliseconds, never longer than
+// the holder's remaining TTL); use Client for notified waiting, reentrancy
+// and fairness. It is safe for concurrent use.
+type Simple struct {
+	rdb redis.UniversalClient
+	o   clientOptions
+	err error
+
+	mu     sync.Mutex // protects leases and closed
+	leases map[*simpleLease]struct{}
+	closed bool
+}
+
+// NewSimple returns a Simple lock on rdb, which it does not close. Options
+// that apply: WithPrefix, WithDefaultTTL, WithMetrics, WithClock. Like New
+// it never fails: an invalid argument makes every call return an error
+// wrapping ErrInvalid.
+func NewSimple(rdb redis.UniversalClient, opts ...ClientOption) *Simple {
+	o := defaultClientOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	s := &Simple{rdb: rdb, o: o, leases: map[*simpleLease]struct{}{}}
+	if rdb == nil {
+		s.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
+	} else {
+		s.err = o.validate()
+	}
+	return s
+}
+
+// simpleDelay is the default polling delay of attempt n.
+func simpleDelay(n int) time.Duration { return min(time.Duration(n)*2*time.Millisecond, 50*time.Millisecond) }
+
+// Obtain takes key, polling while it is held, until ctx ends. Errors are
+// Client.Obtain's.
+func (s *Simple) Obtain(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return s.obtain(ctx, key, true, opts)
+}
+
+// TryObtain makes one attempt and returns ErrNotObtained if key is held.
+func (s *Simple) TryObtain(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return s.obtain(ctx, key, false, opts)
+}
+
+func (s *Simple) obtain(ctx context.Context, key string, wait bool, opts []Option) (Lease, error) {
+	o := Apply(opts)
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil *lock.Simple", ErrInvalid)
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	if err := checkObtain(key, &o, s.o.ttl); err != nil {
+		return nil, err
+	}
+	begin := s.o.now()
+	l, err := s.obtainLoop(ctx, key, wait, o)
+	s.o.metrics.Waited(key, s.o.now().Sub(begin), err)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*simpleLease, error) {
+	k := s.o.prefix + "simple:{" + key + "}"
+	keys := []string{k, k + ":fence"}
+	value := NewOwner()
+	retry := o.Retry
+	if retry == nil {
+		retry = simpleDelay
+	}
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		sent := s.o.now()
+		res, err := simpleObtainScript.Run(ctx, s.rdb, keys, value, o.TTL.Milliseconds()).Int64Slice()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, errors.Join(ErrNotObtained, ctx.Err())
+			}
+			return nil, fmt.Errorf("lock: simple obtain %q: %w", key, err)
+		}
+		if len(res) == 2 && res[0] == 1 {
+			return s.newLease(key, k, value, res[1], o, sent), nil
+		}
+		if !wait {
+			return nil, ErrNotObtained
+		}
+		d := retry(attempt)
+		if len(res) == 2 && res[1] > 0 {
+			d = min(d, time.Duration(res[1])*time.Millisecond)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		}
+	}
+}
+
+type simpleLease struct {
+	s        *Simple
+	key      string
+	rkey     string
+	value    string
+	token    int64
+	since    time.Time
+	wd       *watchdog.Watchdog
+	released bool // protected by s.mu
+}
+
+func (s *Simple) newLease(key, rkey, value string, token int64, o ObtainOptions, at time.Time) *simpleLease {
+	l := &simpleLease{s: s, key: key, rkey: rkey, value: value, token: token, since: at}
+	ttl := o.TTL.Milliseconds()
+	m := s.o.metrics
+	wd, err := watchdog.Start(watchdog.Config{
+		TTL:         o.TTL,
+		MaxHold:     o.MaxHold,
+		LastRenewed: at,
+		Now:         s.o.now,
+		Renew: func(ctx context.Context) error {
+			n, err := simpleRenewScript.Run(ctx, s.rdb, []string{rkey}, value, ttl).Int64()
+			switch {
+			case err != nil:
+				return fmt.Errorf("lock: simple renew %q: %w", key, err)
+			case n == 0:
+				return fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld)
+			}
+			return nil
+		},
+		OnRenew: func(err error) { m.Renewed(key, err) },
+		OnLost:  func(cause error) { m.Lost(key, cause) },
+	})
+	if err != nil { // o was validated against MinTTL: this is a bug
+		panic(err)
+	}
+	l.wd = wd
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.leases[l] = struct{}{}
+	}
+	s.mu.Unlock()
+	if closed {
+		wd.Lose(ErrClosed)
+	}
+	return l
+}
+
+func (l *simpleLease) Key() string           { return l.key }
+func (l *simpleLease) Token() int64          { return l.token }
+func (l *simpleLease) Lost() <-chan struct{} { return l.wd.Lost() }
+
+// Err returns nil while the lease is not known to be lost, then an error
+// matching ErrLockLost that wraps the cause.
+func (l *simpleLease) Err() error {
+	if err := l.wd.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrLockLost, err)
+	}
+	return nil
+}
+
+// Release deletes the key if it still holds this lease's value; otherwise
+// (expired, taken over, released before) it returns ErrNotHeld.
+func (l *simpleLease) Release(ctx context.Context) error {
+	s := l.s
+	s.mu.Lock()
+	done := l.released
+	s.mu.Unlock()
+	if done {
+		return ErrNotHeld
+	}
+	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey}, l.value).Int64()
+	if err != nil {
+		return fmt.Errorf("lock: simple release %q: %w", l.key, err)
+	}
+	s.mu.Lock()
+	done = l.released
+	l.released = true
+	delete(s.leases, l)
+	s.mu.Unlock()
+	if done {
+		return ErrNotHeld
+	}
+	l.wd.Stop()
+	s.o.metrics.Held(l.key, s.o.now().Sub(l.since))
+	if n == 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// Close stops renewing every lease (their Lost channels close with cause
+// ErrClosed) and makes later calls fail with ErrClosed. It does not close
+// the Redis client. It is idempotent.
+func (s *Simple) Close() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	s.closed = true
+	leases := make([]*simpleLease, 0, len(s.leases))
+	for l := range s.leases {
+		leases = append(leases, l)
+	}
+	s.mu.Unlock()
+	for _, l := range leases {
+		l.wd.Lose(ErrClosed)
+	}
+	return nil
+}
