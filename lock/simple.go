@@ -55,7 +55,9 @@ func NewSimple(rdb redis.UniversalClient, opts ...ClientOption) *Simple {
 }
 
 // simpleDelay is the default polling delay of attempt n.
-func simpleDelay(n int) time.Duration { return min(time.Duration(n)*2*time.Millisecond, 50*time.Millisecond) }
+func simpleDelay(n int) time.Duration {
+	return min(time.Duration(n)*2*time.Millisecond, 50*time.Millisecond)
+}
 
 // Obtain takes key, polling while it is held, until ctx ends. Errors are
 // Client.Obtain's.
