@@ -1,0 +1,170 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// closedAfter is how long a zk.Conn must stay in StateDisconnected before
+// the Client takes it for closed: a live one moves on to StateConnecting at
+// once, a closed one stays there.
+const closedAfter = 2 * time.Second
+
+// call runs op, one go-zookeeper request (which takes no ctx and, while the
+// connection is down, waits for it), and returns its error, or ctx's error
+// if ctx ends first. An abandoned request finishes in the background; the
+// goroutine is the Client's (Close waits for it) and ends when conn answers,
+// fails the request or is closed. op must write only to variables the caller
+// reads after call returns nil or op's error.
+func (c *Client) call(ctx context.Context, op func() error) error {
+	if ctx.Done() == nil {
+		return op()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	if !c.spawn(func() { done <- op() }) {
+		return op() // closed: nothing may outlive Close
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// callCreate is call for the create of a protected node: if ctx ends first,
+// the node the request may still create (found by its UUID) is deleted in
+// the background.
+func (c *Client) callCreate(ctx context.Context, parent, guid string, sess int64, res *[]zk.MultiResponse, op func() error) error {
+	if ctx.Done() == nil {
+		return op()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	if !c.spawn(func() { done <- op() }) {
+		return op()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		c.spawn(func() {
+			switch err := <-done; {
+			case err == nil:
+				c.reapNow((*res)[0].String, sess)
+			case errors.Is(err, zk.ErrConnectionClosed):
+				c.reapGUIDNow(parent, guid, sess)
+			}
+		})
+		return ctx.Err()
+	}
+}
+
+// spawn runs f in a goroutine of the Client, unless it is closed.
+func (c *Client) spawn(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// reap deletes path in the background until that succeeds, the node is
+// gone, its session has ended or the Client is closed.
+func (c *Client) reap(path string, session int64) { c.spawn(func() { c.reapNow(path, session) }) }
+
+// reapLocked is reap with c.mu held.
+func (c *Client) reapLocked(path string, session int64) {
+	if c.closed {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.reapNow(path, session)
+	}()
+}
+
+func (c *Client) reapNow(path string, session int64) {
+	var b backoff
+	for c.conn.SessionID() == session {
+		err := c.conn.Delete(path, -1)
+		if !transient(err) {
+			return // deleted, gone (ErrNoNode), or not ours to retry (ErrNoAuth)
+		}
+		if c.pause(context.Background(), &b) != nil {
+			return
+		}
+	}
+}
+
+// reapGUID deletes, in the background, the node of parent with UUID guid
+// that a create whose reply was lost may have left.
+func (c *Client) reapGUID(parent, guid string, session int64) {
+	c.spawn(func() { c.reapGUIDNow(parent, guid, session) })
+}
+
+func (c *Client) reapGUIDNow(parent, guid string, session int64) {
+	var b backoff
+	for c.conn.SessionID() == session {
+		names, _, err := c.conn.Children(parent)
+		if err == nil {
+			for _, name := range names {
+				if n, ok := parseNode(name); ok && n.guid == guid {
+					c.reapNow(parent+"/"+name, session)
+				}
+			}
+			return
+		}
+		if !transient(err) {
+			return
+		}
+		if c.pause(context.Background(), &b) != nil {
+			return
+		}
+	}
+}
+
+// backoff paces retries: 5 ms doubling to 500 ms.
+type backoff struct {
+	n         int
+	downSince time.Time
+}
+
+// pause waits before the next retry. It returns ctx's error, ErrClosed if
+// the Client was closed or conn looks closed (see closedAfter).
+func (c *Client) pause(ctx context.Context, b *backoff) error {
+	if c.conn.State() != zk.StateDisconnected {
+		b.downSince = time.Time{}
+	} else if b.downSince.IsZero() {
+		b.downSince = time.Now()
+	} else if time.Since(b.downSince) > closedAfter {
+		return ErrClosed
+	}
+	d := min(5*time.Millisecond<<min(b.n, 7), 500*time.Millisecond)
+	b.n++
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stop:
+		return ErrClosed
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,144 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/coordkit/coordkit/lock"
+)
+
+// hold is one lock node held by the Client: the levels of one owner's
+// re-entry share it.
+type hold struct {
+	key     string
+	path    string // the lock node
+	name    string // its last path element
+	token   int64  // its creation zxid
+	session int64  // the session that owns it (its ephemeralOwner)
+	lost    chan struct{}
+
+	hk    holdKey // set before register, then read-only
+	owned bool    // hk is in Client.owned
+
+	// Protected by Client.mu.
+	count  int
+	isLost bool
+}
+
+// Lease is one level of hold on a key's lock. Its methods are safe for
+// concurrent use.
+type Lease struct {
+	c        *Client
+	h        *hold
+	released atomic.Bool
+}
+
+// Key returns the key the lease holds.
+func (l *Lease) Key() string { return l.h.key }
+
+// Token returns the lock node's creation zxid: ZooKeeper's zxids grow with
+// every write to the ensemble, so each new acquisition of a key has a larger
+// token than the one before. Re-entry returns the same token.
+func (l *Lease) Token() int64 { return l.h.token }
+
+// Lost returns a channel that is closed once the lock is no longer known to
+// be held: the session expired or changed, the connection has been down for
+// longer than the grace (see WithSessionTimeout), or the Client was closed.
+// Release does not close it.
+func (l *Lease) Lost() <-chan struct{} { return l.h.lost }
+
+// Release drops one level of re-entry; the last one deletes the lock node,
+// which wakes the next waiter. It returns lock.ErrNotHeld if the lease was
+// already released or lost, or the node was gone. If the deletion fails
+// (connection loss, ctx ended) Release returns the error and keeps deleting
+// in the background until it succeeds or the session ends.
+func (l *Lease) Release(ctx context.Context) error {
+	if !l.released.CompareAndSwap(false, true) {
+		return lock.ErrNotHeld
+	}
+	c, h := l.c, l.h
+	c.mu.Lock()
+	if h.isLost {
+		c.mu.Unlock()
+		return lock.ErrNotHeld
+	}
+	if h.count--; h.count > 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	delete(c.live, h)
+	if h.owned && c.owned[h.hk] == h {
+		delete(c.owned, h.hk)
+	}
+	c.mu.Unlock()
+	if c.conn.SessionID() != h.session {
+		return lock.ErrNotHeld // the node ended with its session
+	}
+	err := c.call(ctx, func() error { return c.conn.Delete(h.path, -1) })
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrSessionExpired):
+		return lock.ErrNotHeld
+	default:
+		c.reap(h.path, h.session)
+		return fmt.Errorf("zklock: release %q: %w (deletion goes on in the background)", h.key, err)
+	}
+}
+
+// loseLocked reports h lost and, while the Client runs, deletes its node in
+// the background in case its session survived. c.mu must be held.
+func (c *Client) loseLocked(h *hold) {
+	if h.isLost {
+		return
+	}
+	h.isLost = true
+	close(h.lost)
+	delete(c.live, h)
+	if h.owned && c.owned[h.hk] == h {
+		delete(c.owned, h.hk)
+	}
+	c.reapLocked(h.path, h.session)
+}
+
+// monitor watches the session while leases are held, and reports them lost
+// when the session changes (it expired: go-zookeeper sets the ID to 0, then
+// to the new session's) or the connection has been down for the grace. It
+// ends when no lease is live, or on Close.
+func (c *Client) monitor() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.tick)
+	defer t.Stop()
+	var downSince time.Time
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		state, sid, now := c.conn.State(), c.conn.SessionID(), time.Now()
+		if state == zk.StateHasSession {
+			downSince = time.Time{}
+		} else if downSince.IsZero() {
+			downSince = now
+		}
+		down := !downSince.IsZero() && now.Sub(downSince) >= c.grace
+		c.mu.Lock()
+		for h := range c.live {
+			if down || sid != h.session {
+				c.loseLocked(h)
+			}
+		}
+		if len(c.live) == 0 {
+			c.monitoring = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+}
