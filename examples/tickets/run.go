@@ -24,11 +24,11 @@ type config struct {
 }
 
 type result struct {
-	strategy       string
-	sold, left     int
-	oversold       int
-	elapsed        time.Duration
-	rate           float64 // completed critical sections per second
+	strategy   string
+	sold, left int
+	oversold   int
+	elapsed    time.Duration
+	rate       float64 // completed critical sections per second
 }
 
 // errSoldOut ends a buyer: the stock it read was zero.
