@@ -20,6 +20,8 @@ type options struct {
 	acl        []zk.ACL
 	host       string
 	now        func() time.Time
+
+	sessionTimeout time.Duration // ZooKeeper only
 }
 
 func defaults() options {
@@ -33,6 +35,8 @@ func defaults() options {
 		acl:        zk.WorldACL(zk.PermAll),
 		host:       host,
 		now:        time.Now,
+
+		sessionTimeout: 4 * time.Second,
 	}
 }
 

@@ -1,0 +1,324 @@
+package workerid
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/watchdog"
+	"github.com/coordkit/coordkit/zklock"
+)
+
+// ZKLeaser leases worker IDs through ZooKeeper: under a zklock lock on the
+// service, the lowest free ID gets an ephemeral node that lives as long as
+// the session. It is safe for concurrent use.
+type ZKLeaser struct {
+	conn           *zk.Conn
+	locks          *zklock.Client
+	sessionTimeout time.Duration
+	opts           options
+}
+
+// WithSessionTimeout tells a ZKLeaser the session timeout its connection was
+// made with (the value passed to zk.Connect). A lease whose node could not
+// be confirmed for half of it is declared lost, before the server can expire
+// the session and give the ID to another process. It must not exceed the
+// negotiated timeout: the server lowers a request above its
+// maxSessionTimeout (default 20 ticks, 40 s). Default: 4 s, the lowest
+// timeout a server with the default tickTime of 2 s negotiates.
+func WithSessionTimeout(d time.Duration) Option {
+	return func(o *options) { o.sessionTimeout = d }
+}
+
+// NewZK returns a leaser over conn. It returns an error wrapping ErrInvalid
+// for a nil conn or bad options.
+func NewZK(conn *zk.Conn, opts ...Option) (*ZKLeaser, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: nil ZooKeeper connection", ErrInvalid)
+	}
+	o := defaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.sessionTimeout < 100*time.Millisecond {
+		return nil, fmt.Errorf("%w: session timeout %v below 100ms", ErrInvalid, o.sessionTimeout)
+	}
+	locks, err := zklock.New(conn, zklock.WithACL(o.acl))
+	if err != nil {
+		return nil, err
+	}
+	return &ZKLeaser{conn: conn, locks: locks, sessionTimeout: o.sessionTimeout, opts: o}, nil
+}
+
+func (z *ZKLeaser) idsPath(service string) string { return z.opts.root + "/" + service + "/ids" }
+func (z *ZKLeaser) hwPath(service string, id int64) string {
+	return z.opts.root + "/" + service + "/hw/" + strconv.FormatInt(id, 10)
+}
+
+// Lease takes the lowest free worker ID in [0, max] for service: under the
+// zklock lock "workerid-<service>" it lists the IDs taken and creates an
+// ephemeral node <root>/<service>/ids/<id> holding the host, PID and start
+// time. The lease is lost when the node is gone (session expired, node
+// deleted) or cannot be confirmed for half the session timeout. It returns
+// *ExhaustedError when every ID is taken.
+func (z *ZKLeaser) Lease(ctx context.Context, service string) (*Lease, error) {
+	if err := checkService(service); err != nil {
+		return nil, err
+	}
+	lk, err := z.locks.Obtain(ctx, "workerid-"+service)
+	if err != nil {
+		return nil, fmt.Errorf("workerid: lock service %q: %w", service, err)
+	}
+	defer lk.Release(context.WithoutCancel(ctx))
+
+	dir := z.idsPath(service)
+	if err := z.ensure(dir); err != nil {
+		return nil, err
+	}
+	children, _, err := z.conn.Children(dir)
+	if err != nil {
+		return nil, fmt.Errorf("workerid: list %s: %w", dir, err)
+	}
+	taken := make(map[int64]bool, len(children))
+	for _, c := range children {
+		if id, err := strconv.ParseInt(c, 10, 64); err == nil {
+			taken[id] = true
+		}
+	}
+	rec, _ := json.Marshal(Holder{Host: z.opts.host, PID: os.Getpid(), Since: z.opts.now().UTC()})
+	for id := int64(0); id <= z.opts.max; id++ {
+		if taken[id] {
+			continue
+		}
+		p := dir + "/" + strconv.FormatInt(id, 10)
+		sent := time.Now()
+		_, err := z.conn.Create(p, rec, zk.FlagEphemeral, z.opts.acl)
+		if errors.Is(err, zk.ErrNodeExists) {
+			continue // taken by a leaser that does not use the lock
+		}
+		if err != nil {
+			return nil, fmt.Errorf("workerid: create %s: %w", p, err)
+		}
+		return z.keep(service, id, p, sent)
+	}
+	return nil, &ExhaustedError{Service: service, Max: z.opts.max}
+}
+
+// keep starts the heartbeat of a freshly created node: an Exists every
+// quarter of the session timeout confirms the node is still ours; the lease
+// is lost at once when it is gone or owned by another session, and after
+// half the session timeout without a confirmation.
+func (z *ZKLeaser) keep(service string, id int64, p string, sent time.Time) (*Lease, error) {
+	session := z.conn.SessionID()
+	wd, err := watchdog.Start(watchdog.Config{
+		TTL:         z.sessionTimeout / 2,
+		Interval:    z.sessionTimeout / 4,
+		LastRenewed: sent,
+		Renew: func(ctx context.Context) error {
+			ok, st, err := callZK(ctx, func() (bool, *zk.Stat, error) { return z.conn.Exists(p) })
+			switch {
+			case err != nil:
+				return err
+			case !ok:
+				return fmt.Errorf("workerid: %s is gone: %w", p, watchdog.ErrNotHeld)
+			case st.EphemeralOwner != session:
+				return fmt.Errorf("workerid: %s belongs to another session: %w", p, watchdog.ErrNotHeld)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		z.conn.Delete(p, -1)
+		return nil, err
+	}
+	return &Lease{
+		service:    service,
+		id:         id,
+		max:        z.opts.max,
+		lost:       wd.Lost(),
+		cause:      wd.Err,
+		hw:         &zkHighWater{z: z, path: z.hwPath(service, id)},
+		checkpoint: z.opts.checkpoint,
+		free: func(ctx context.Context) error {
+			wd.Lose(ErrReleased)
+			_, st, err := z.conn.Exists(p)
+			if err != nil {
+				return fmt.Errorf("workerid: release %s: %w", p, err)
+			}
+			if st == nil || st.EphemeralOwner != session {
+				return nil // gone with the session already
+			}
+			if err := z.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return fmt.Errorf("workerid: release %s: %w", p, err)
+			}
+			return nil
+		},
+	}, nil
+}
+
+// callZK runs a go-zookeeper call, which takes no ctx, and gives up when ctx
+// ends. The call itself then finishes in the background once the
+// connection answers, reconnects or is closed.
+func callZK(ctx context.Context, f func() (bool, *zk.Stat, error)) (bool, *zk.Stat, error) {
+	type result struct {
+		ok  bool
+		st  *zk.Stat
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		ok, st, err := f()
+		ch <- result{ok, st, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.ok, r.st, r.err
+	case <-ctx.Done():
+		return false, nil, ctx.Err()
+	}
+}
+
+// ensure creates p and its parents as persistent nodes.
+func (z *ZKLeaser) ensure(p string) error {
+	if ok, _, err := z.conn.Exists(p); err == nil && ok {
+		return nil
+	}
+	cur := ""
+	for _, part := range splitPath(p) {
+		cur += "/" + part
+		_, err := z.conn.Create(cur, nil, 0, z.opts.acl)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("workerid: create %s: %w", cur, err)
+		}
+	}
+	return nil
+}
+
+func splitPath(p string) []string {
+	var parts []string
+	for p != "/" && p != "." && p != "" {
+		parts = append(parts, path.Base(p))
+		p = path.Dir(p)
+	}
+	slices.Reverse(parts)
+	return parts
+}
+
+// List returns the current holders of service's worker IDs, lowest ID first.
+func (z *ZKLeaser) List(ctx context.Context, service string) ([]Holder, error) {
+	if err := checkService(service); err != nil {
+		return nil, err
+	}
+	dir := z.idsPath(service)
+	children, _, err := z.conn.Children(dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workerid: list %s: %w", dir, err)
+	}
+	var out []Holder
+	for _, c := range children {
+		id, err := strconv.ParseInt(c, 10, 64)
+		if err != nil {
+			continue
+		}
+		data, _, err := z.conn.Get(dir + "/" + c)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("workerid: read %s/%s: %w", dir, c, err)
+		}
+		h := Holder{}
+		json.Unmarshal(data, &h)
+		h.ID = id
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b Holder) int { return int(a.ID - b.ID) })
+	return out, nil
+}
+
+// HighWater returns the high-water store of one worker ID of service.
+func (z *ZKLeaser) HighWater(service string, id int64) (idgen.HighWaterStore, error) {
+	if err := checkService(service); err != nil {
+		return nil, err
+	}
+	if id < 0 || id > z.opts.max {
+		return nil, fmt.Errorf("%w: worker ID %d outside [0, %d]", ErrInvalid, id, z.opts.max)
+	}
+	return &zkHighWater{z: z, path: z.hwPath(service, id)}, nil
+}
+
+// zkHighWater keeps a mark as decimal Unix milliseconds in a persistent
+// znode, raised with a versioned Set so a stale writer cannot lower it.
+type zkHighWater struct {
+	z    *ZKLeaser
+	path string
+}
+
+func (h *zkHighWater) Load(ctx context.Context) (time.Time, error) {
+	data, _, err := h.z.conn.Get(h.path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("workerid: load %s: %w", h.path, err)
+	}
+	ms, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("workerid: high-water mark at %s is not a number: %q", h.path, data)
+	}
+	return time.UnixMilli(ms), nil
+}
+
+func (h *zkHighWater) Store(ctx context.Context, mark time.Time) error {
+	if mark.IsZero() {
+		return nil
+	}
+	want := ceilMilli(mark)
+	for ctx.Err() == nil {
+		data, st, err := h.z.conn.Get(h.path)
+		if errors.Is(err, zk.ErrNoNode) {
+			if err := h.z.ensure(path.Dir(h.path)); err != nil {
+				return err
+			}
+			_, err = h.z.conn.Create(h.path, []byte(strconv.FormatInt(want, 10)), 0, h.z.opts.acl)
+			if errors.Is(err, zk.ErrNodeExists) {
+				continue // raced with another writer: compare again
+			}
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("workerid: store %s: %w", h.path, err)
+		}
+		cur, err := strconv.ParseInt(string(data), 10, 64)
+		if err != nil {
+			return fmt.Errorf("workerid: high-water mark at %s is not a number: %q", h.path, data)
+		}
+		if cur >= want {
+			return nil
+		}
+		_, err = h.z.conn.Set(h.path, []byte(strconv.FormatInt(want, 10)), st.Version)
+		if errors.Is(err, zk.ErrBadVersion) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("workerid: store %s: %w", h.path, err)
+		}
+		return nil
+	}
+	return ctx.Err()
+}
