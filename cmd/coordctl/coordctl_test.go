@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/coordkit/coordkit/idgen/workerid"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -183,5 +184,52 @@ func TestUnreachableServer(t *testing.T) {
 	code, _, errOut := runCLI(t, nil, "lock", "inspect", "k", "--redis", a, "--timeout", "300ms")
 	if code != exitFailure || !strings.Contains(errOut, "unreachable") {
 		t.Fatalf("unreachable Redis: exit %d, %q", code, errOut)
+	}
+}
+
+func TestWorkersList(t *testing.T) {
+	r := testserver.StartRedis(t)
+	z := testserver.StartZooKeeper(t)
+	ctx := context.Background()
+	env := map[string]string{"COORDKIT_REDIS": r.Addr(), "COORDKIT_ZK": z.Servers()[0]}
+	// Dates, PIDs and TTLs differ from run to run.
+	mask := func(s string) string {
+		s = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAllString(s, "SINCE")
+		s = regexp.MustCompile(`(host-a\s+)\d+`).ReplaceAllString(s, "${1}PID")
+		s = regexp.MustCompile(`\d+(\.\d+)?m?s\b`).ReplaceAllString(s, "TTL")
+		return regexp.MustCompile(` +`).ReplaceAllString(s, " ") // column widths follow the values
+	}
+
+	rl, err := workerid.NewRedis(r.Client(t), workerid.WithHost("host-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc := z.DialT(t, 4*time.Second, nil)
+	zl, err := workerid.NewZK(zc.Conn, workerid.WithHost("host-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []interface {
+		Lease(context.Context, string) (*workerid.Lease, error)
+	}{rl, rl, zl, zl} {
+		lease, err := l.Lease(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lease.Release(ctx) })
+	}
+	for _, backend := range []string{"redis", "zk"} {
+		code, out, errOut := runCLI(t, env, "workers", "list", "orders", "--backend", backend)
+		if code != exitOK {
+			t.Fatalf("%s: exit %d: %s", backend, code, errOut)
+		}
+		golden(t, "workers_"+backend, mask(out))
+		code, out, _ = runCLI(t, env, "workers", "list", "nobody", "--backend", backend)
+		if code != exitOK || !strings.Contains(out, "no worker ID of nobody is leased") {
+			t.Fatalf("%s, empty service: %d %q", backend, code, out)
+		}
+	}
+	if code, _, errOut := runCLI(t, env, "workers", "list", "a{b}"); code != exitUsage {
+		t.Fatalf("bad service: exit %d %q", code, errOut)
 	}
 }
