@@ -43,8 +43,11 @@ func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
 // one given to zk.Connect; ZooKeeper clamps it to [2, 20] ticks by default,
 // so pass the negotiated value if it differs). A lease whose connection has
 // been down for a third of it is then reported lost; see the package
-// documentation for why a third. Default: 0, unknown: a lease is reported
-// lost as soon as its connection is lost, the conservative choice.
+// documentation for why a third. go-zookeeper waits a second before dialling
+// again once it has tried every server (with a standalone server: at every
+// reconnection), so with d under about 4 s any blip loses the leases.
+// Default: 0, unknown: a lease is reported lost as soon as its connection is
+// lost, the conservative choice.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) { o.sessionTimeout = d }
 }

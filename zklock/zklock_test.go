@@ -367,8 +367,16 @@ func TestTryObtainLeavesNoNode(t *testing.T) {
 			t.Fatalf("TryObtain on a held key: %v, want ErrNotObtained", err)
 		}
 	}
-	if n := children(t, conn, key); len(n) != 1 {
-		t.Fatalf("lock nodes %v, want the holder's only", n)
+	names := children(t, conn, key)
+	if len(names) != 1 {
+		t.Fatalf("lock nodes %v, want the holder's only", names)
+	}
+	_, st, err := conn.Get(parentOf(t, key) + "/" + names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder.Token() != st.Czxid {
+		t.Fatalf("token %d, want the node's czxid %d", holder.Token(), st.Czxid)
 	}
 	release(t, holder)
 }

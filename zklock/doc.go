@@ -1,0 +1,127 @@
+// Package zklock is a ZooKeeper lock: a fair (FIFO) mutual exclusion lock
+// and a read-write lock on the same recipe, whose holder lives as long as
+// its ZooKeeper session rather than for a TTL. *Client implements
+// lock.Locker, and so do Client.Read and Client.Write, so lock.Do works with
+// each of them.
+//
+// # Algorithm
+//
+// Every key has a parent znode; each attempt to obtain it creates one
+// ephemeral sequential node under that parent, in Curator's protected mode:
+// the name carries a UUID drawn for the attempt,
+//
+//	<root>/<escaped key>/_c_<uuid>-<kind>-<sequence>
+//
+// where kind is "lock" (Client.Obtain), "write" or "read". The create is one
+// round trip: a multi of the create and an empty setData on the parent, the
+// setData's Stat giving the transaction's zxid (which is the new node's
+// czxid) and the parent's number of children right after the create. When
+// that number is 1 nobody else queues and the lock is held at once, so an
+// uncontended Obtain + Release costs two round trips.
+//
+// Otherwise the attempt lists the parent's children, sorts them by sequence,
+// and waits for the node it depends on: an exclusive node (lock, write) for
+// the last node before it of any kind, a reader for the last exclusive node
+// before it. It sets a data watch (getData) on that one node only, so a
+// release wakes exactly one waiter (no herd effect), and nodes are served in
+// sequence order (FIFO). When the watch fires the attempt lists again,
+// except when the node it watched was the only one before it that it waited
+// for: nodes before it can only go, never come, so the lock is then held
+// without a further round trip.
+//
+// If the reply to the create is lost (connection loss), the attempt lists
+// the parent's children and looks for its UUID: a node found is used, so no
+// ghost node is left holding the lock, and one not found is created again
+// with the same UUID. A node whose session is not the connection's current
+// one is deleted, never used. If ctx ends meanwhile, the Client goes on
+// looking in the background and deletes what it finds. Duplicates of the
+// attempt's UUID seen while waiting are deleted as well.
+//
+// Release deletes the node (a missing node means lock.ErrNotHeld). A
+// cancelled wait (ctx ended, TryObtain refused) deletes the waiter's node
+// before returning, within a second, then in the background until the node
+// or its session is gone.
+//
+// # Re-entry, owners and tokens
+//
+// Re-entry is by the owner in ctx (lock.WithOwner; lock.Do adds one): a
+// Client counts, in process, how many times each owner holds each key, and
+// only the outermost Release deletes the node. Re-entry works within one
+// Client, not across Clients or processes; ctx without an owner never
+// re-enters. The owner is not written to ZooKeeper (an owner also guards
+// the Redis lock, so it stays secret). The fencing token is the node's
+// creation zxid: zxids grow with every write to the ensemble, so each new
+// acquisition of a key has a larger token, and re-entry returns the same
+// one. An owner that holds the write side (or the mutex, the same
+// exclusive lock) may take the read side too, its own exclusive node not
+// counting against its reader; taking the write side while holding only the
+// read side returns ErrUpgrade instead of deadlocking.
+//
+// # Sessions: what the holder knows, and when
+//
+// The lock is held as long as the node exists, that is until Release or
+// the end of the node's session: the server expires a session the session
+// timeout T after it last heard from the client. go-zookeeper offers no
+// event subscription besides the callback given to zk.Connect, so the
+// Client watches the connection itself: while leases are held, a monitor
+// reads conn.State() and conn.SessionID() every few milliseconds.
+//
+//   - Session expired or changed (go-zookeeper sets the session ID to 0 when
+//     it learns of the expiry, then to the new session's): every lease of the
+//     old session is lost at once (Lost() closes; lock.Do cancels its
+//     function's ctx with cause lock.ErrLockLost). The client learns of an
+//     expiry only when it reconnects, which may be long after the fact;
+//     hence the next rule.
+//   - Disconnected: the lease is in doubt; it may already be held by someone
+//     else if the outage lasts. go-zookeeper declares a connection dead after
+//     2/3·T without a reply, so by then the server may expire the session
+//     T/3 later. With WithSessionTimeout(T) a lease is reported lost once its
+//     connection has been down for T/3 (less a polling tick): before any
+//     other client can hold the lock, as long as the clocks run at the same
+//     rate, and a short blip (a reconnection to another server of the
+//     ensemble) loses nothing. Without it (T unknown) a lease is reported
+//     lost as soon as the connection is lost: safe, with false alarms. This
+//     is stricter than Curator's recommended policy (LOST after a full
+//     session timeout of SUSPENDED), which can report the loss after another
+//     holder has taken over.
+//   - A lease reported lost while its session survives has its node deleted
+//     once the connection is back, so the next waiter does not wait for the
+//     session's end.
+//
+// Lost is a promise about when the holder is told, not about when it stops:
+// the holder's work must watch ctx (lock.Do) and pass the token to the
+// resource, which must refuse tokens older than one it has seen.
+//
+// # Schema
+//
+//	<root>                                   persistent, created on demand (default /coordkit/locks)
+//	<root>/<escaped key>                     container node: the server deletes it once empty
+//	<root>/<escaped key>/_c_<uuid>-lock-<seq>   ephemeral sequential, mutex node, no data
+//	<root>/<escaped key>/_c_<uuid>-write-<seq>  ephemeral sequential, write side
+//	<root>/<escaped key>/_c_<uuid>-read-<seq>   ephemeral sequential, read side
+//
+// Keys are escaped, not refused: url.PathEscape (so '/' becomes %2F, '%'
+// becomes %25, control characters and non-ASCII bytes %XX), and "." and
+// ".." become %2E and %2E%2E; distinct keys get distinct nodes. Empty keys
+// and keys longer than MaxKeyLen bytes return ErrInvalidKey. The key
+// parents are container nodes (ZooKeeper 3.5 or later), so empty parents are
+// cleaned up by the server (its ContainerManager, every minute by default)
+// with no extra round trip on Release; a parent removed between two
+// attempts is created again. Every acquisition also sets the parent's
+// (empty) data, which bumps its data version. Nodes get the ACL of
+// WithACL; with digest ACLs the connection authenticates first (AddAuth).
+// The mutex nodes follow the "lock-" naming of Curator's InterProcessMutex
+// and go-zookeeper's zk.Lock, ordered by sequence.
+//
+// # When not to use it
+//
+// Do not use it without ZooKeeper already in place: a TTL lock on Redis
+// (package lock) is cheaper to run. Every acquisition is a ZooKeeper write
+// (a quorum round and an fsync), so it is not for thousands of acquisitions
+// per second on one key. Safety rests on the session: a holder paused (GC,
+// SIGSTOP) longer than its grace keeps running after its lease is reported
+// lost unless it checks ctx, so use the fencing token. A holder's node
+// deleted by hand (an operator's force release) is not noticed by the holder
+// until Release returns lock.ErrNotHeld. The TTL, MaxHold and Retry options
+// of lock do not apply.
+package zklock
