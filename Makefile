@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: deps test vet
+.PHONY: deps test vet demo
 
 deps:
 	./scripts/deps.sh
@@ -13,3 +13,11 @@ vet:
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# The main job on a fresh machine: the ticket-stock race under every strategy
+# and the withdrawal flow. Each example starts the servers it needs on
+# loopback ports in a temporary directory and stops them when it ends.
+demo: deps
+	$(GO) run ./examples/tickets
+	@echo
+	$(GO) run ./examples/withdrawal

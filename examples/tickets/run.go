@@ -10,10 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/zklock"
 )
 
 type config struct {
@@ -51,7 +53,7 @@ type purchase struct {
 	sold    func()
 }
 
-var allStrategies = []string{"none", "lock", "optimistic", "lua"}
+var allStrategies = []string{"none", "lock", "zklock", "optimistic", "lua"}
 
 var strategies = map[string]strategy{}
 
@@ -65,6 +67,23 @@ type servers struct {
 	closers []func()
 	rdb     redis.UniversalClient // the stock's Redis
 	redisAt string
+	zkAt    []string
+}
+
+// zkServers returns the ZooKeeper servers, starting one on first use.
+func (s *servers) zkServers() ([]string, error) {
+	if s.cfg.zk != "" {
+		return strings.Split(s.cfg.zk, ","), nil
+	}
+	if s.zkAt == nil {
+		z, err := testserver.NewZooKeeper()
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, z.Close)
+		s.zkAt = z.Servers()
+	}
+	return s.zkAt, nil
 }
 
 func (s *servers) close() {
@@ -229,6 +248,35 @@ func init() {
 				l.Close()
 			}
 		}, nil
+	}})
+
+	addStrategy(strategy{name: "zklock", setup: func(ctx context.Context, e *servers, n int) ([]buyFunc, func(), error) {
+		addrs, err := e.zkServers()
+		if err != nil {
+			return nil, nil, err
+		}
+		buys := make([]buyFunc, n)
+		var conns []*zk.Conn
+		cleanup := func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}
+		for i := range buys {
+			conn, _, err := zk.Connect(addrs, 4*time.Second, zk.WithLogInfo(false))
+			if err != nil {
+				cleanup()
+				return nil, nil, err
+			}
+			conns = append(conns, conn)
+			l, err := zklock.New(conn, zklock.WithSessionTimeout(4*time.Second))
+			if err != nil {
+				cleanup()
+				return nil, nil, err
+			}
+			buys[i] = lockerBuy(l)
+		}
+		return buys, cleanup, nil
 	}})
 
 	addStrategy(strategy{name: "optimistic", setup: func(ctx context.Context, e *servers, n int) ([]buyFunc, func(), error) {
