@@ -77,7 +77,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 		holds:   map[holdKey]*hold{},
 		waiters: map[string]chan struct{}{},
 	}
-	c.chanPrefix = o.prefix + "wake:"
+	c.chanPrefix = wakePrefix(o.prefix)
 	switch {
 	case rdb == nil:
 		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
@@ -91,10 +91,17 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 
 // keys returns the lock's keys: hash, fence, queue, deadlines. They share
 // the hash tag {key}, hence one Cluster slot.
-func (c *Client) keys(key string) []string {
-	h := c.o.prefix + "{" + key + "}"
+func (c *Client) keys(key string) []string { return lockKeys(c.o.prefix, key) }
+
+// lockKeys is the key schema of the package documentation, defined once for
+// Client and Node.
+func lockKeys(prefix, key string) []string {
+	h := prefix + "{" + key + "}"
 	return []string{h, h + ":fence", h + ":q", h + ":qt"}
 }
+
+// wakePrefix is the prefix of every client's wake-up channel.
+func wakePrefix(prefix string) string { return prefix + "wake:" }
 
 // resolve checks the call's arguments and applies defaults.
 func (c *Client) resolve(key string, opts []Option) (ObtainOptions, error) {
@@ -160,32 +167,28 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 }
 
 func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
-	owner, ok := OwnerFrom(ctx)
-	if !ok {
-		owner = NewOwner()
-	}
 	keys := c.keys(key)
 	notified := o.Retry == nil
 	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
-	var (
-		waiter string
-		wake   chan struct{}
-	)
+	// One id per call: the waiter's id in the queue, the release's request
+	// id, and the owner when ctx carries none ("<client id>:<n>" is unique,
+	// and unguessable through the random client id).
+	id, wake, subscribed, err := c.begin(queue)
+	if err != nil {
+		return nil, err
+	}
+	owner, ok := OwnerFrom(ctx)
+	if !ok {
+		owner = id
+	}
+	var waiter string
+	if queue {
+		waiter = id
+		defer c.removeWaiter(waiter)
+	}
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
-	subscribeFirst := false
-	if queue {
-		if notified && !c.subscribed() {
-			subscribeFirst = true
-		}
-		var err error
-		if waiter, wake, err = c.addWaiter(); err != nil {
-			return nil, err
-		}
-		defer c.removeWaiter(waiter)
-	} else if c.isClosed() {
-		return nil, ErrClosed
-	}
+	subscribeFirst := queue && notified && !subscribed
 	fair := "0"
 	if c.o.fair {
 		fair = "1"
@@ -214,7 +217,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 			if res.fresh && res.acks < c.o.replicas {
 				return nil, c.undo(ctx, key, keys, owner, ttl, res.acks)
 			}
-			return c.newLease(key, owner, res.token, o, sent), nil
+			return c.newLease(key, owner, id, res.token, o, sent), nil
 		}
 		if !wait {
 			return nil, ErrNotObtained
@@ -364,30 +367,21 @@ func (c *Client) nextID() string {
 	return c.id + ":" + strconv.FormatUint(n, 10)
 }
 
-// subscribed reports whether the client's wake-up subscription is up.
-func (c *Client) subscribed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sub != nil && c.sub.ps != nil
-}
-
-func (c *Client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
-func (c *Client) addWaiter() (string, chan struct{}, error) {
+// begin numbers a call, registers its wake-up channel if it may queue, and
+// reports whether the client's wake-up subscription is up.
+func (c *Client) begin(queue bool) (id string, wake chan struct{}, subscribed bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return "", nil, ErrClosed
+		return "", nil, false, ErrClosed
 	}
 	c.seq++
-	id := c.id + ":" + strconv.FormatUint(c.seq, 10)
-	ch := make(chan struct{}, 1)
-	c.waiters[id] = ch
-	return id, ch, nil
+	id = c.id + ":" + strconv.FormatUint(c.seq, 10)
+	if queue {
+		wake = make(chan struct{}, 1)
+		c.waiters[id] = wake
+	}
+	return id, wake, c.sub != nil && c.sub.ps != nil, nil
 }
 
 func (c *Client) removeWaiter(id string) {

@@ -39,14 +39,14 @@ func (l *lease) Err() error {
 }
 
 // newLease records one more level of owner's hold on key, starting the
-// hold's watchdog on the first level. at is when the acquisition was sent.
-func (c *Client) newLease(key, owner string, token int64, o ObtainOptions, at time.Time) *lease {
+// hold's watchdog on the first level. id is the obtaining call's id (the
+// release's request id), at is when the acquisition was sent.
+func (c *Client) newLease(key, owner, id string, token int64, o ObtainOptions, at time.Time) *lease {
 	k := holdKey{key, owner}
-	l := &lease{c: c, key: key, owner: owner, token: token, ttl: o.TTL.Milliseconds()}
+	l := &lease{c: c, key: key, owner: owner, token: token, ttl: o.TTL.Milliseconds(),
+		marker: c.o.prefix + "{" + key + "}:r:" + id}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq++
-	l.marker = c.o.prefix + "{" + key + "}:r:" + c.id + ":" + fmt.Sprint(c.seq)
 	h := c.holds[k]
 	if h != nil {
 		select {

@@ -4,9 +4,11 @@
 //
 // # Algorithm
 //
-// Start runs one goroutine that calls Config.Renew every Config.Interval
-// (TTL/3 by default), measured from the start of the previous attempt. A
-// renewal that fails is retried sooner (every Interval/3) until it succeeds.
+// Start arms one loop that calls Config.Renew every Config.Interval (TTL/3
+// by default), measured from the start of the previous attempt; its
+// goroutine starts only when the first renewal is due, so a lease released
+// sooner costs a timer and nothing else. A renewal that fails is retried
+// sooner (every Interval/3) until it succeeds.
 //
 // The lease is lost, Lost() closes and Err() reports the cause, when:
 //

@@ -51,19 +51,24 @@ type Config struct {
 }
 
 // Watchdog renews one lease. Its methods are safe for concurrent use.
+//
+// No goroutine runs until the first renewal is due: a lease released within
+// its first interval (most are) costs one timer, not a goroutine.
 type Watchdog struct {
-	cfg    Config
-	lost   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-	cancel context.CancelFunc
+	cfg   Config
+	start time.Time
+	lost  chan struct{}
+	stop  chan struct{}
+	done  chan struct{} // closed when the loop ends, if it started
 
-	mu       sync.Mutex // protects err, stopping
+	mu       sync.Mutex // protects err, timer, started, stopping
 	err      error
+	timer    *time.Timer // starts the loop when the first renewal is due
+	started  bool
 	stopping bool
 }
 
-// Start validates cfg and starts the renewal loop. The caller must end it
+// Start validates cfg and arms the renewal loop. The caller must end it
 // with Stop or Lose.
 func Start(cfg Config) (*Watchdog, error) {
 	if cfg.Renew == nil {
@@ -84,19 +89,36 @@ func Start(cfg Config) (*Watchdog, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	now := cfg.Now()
 	if cfg.LastRenewed.IsZero() {
-		cfg.LastRenewed = cfg.Now()
+		cfg.LastRenewed = now
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watchdog{
-		cfg:    cfg,
-		lost:   make(chan struct{}),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-		cancel: cancel,
+		cfg:   cfg,
+		start: now,
+		lost:  make(chan struct{}),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
-	go w.loop(ctx) // owned by w: Stop and Lose end it and wait for it
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// The timer's goroutine runs the loop and is owned by w: Stop and Lose
+	// either cancel the timer or wait for the loop.
+	w.timer = time.AfterFunc(max(cfg.LastRenewed.Add(cfg.Interval).Sub(now), 0), w.run)
 	return w, nil
+}
+
+func (w *Watchdog) run() {
+	w.mu.Lock()
+	if w.stopping {
+		w.mu.Unlock()
+		return
+	}
+	w.started = true
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w.loop(ctx, cancel)
 }
 
 // Lost returns a channel that is closed when the lease is lost. Stop does
@@ -131,9 +153,13 @@ func (w *Watchdog) end(cause error) {
 	if !w.stopping {
 		w.stopping = true
 		close(w.stop)
+		w.timer.Stop()
 	}
+	started := w.started
 	w.mu.Unlock()
-	<-w.done
+	if started {
+		<-w.done
+	}
 }
 
 // lose records cause and closes lost, once.
@@ -153,12 +179,11 @@ func (w *Watchdog) loseLocked(cause error) {
 	}
 }
 
-func (w *Watchdog) loop(ctx context.Context) {
+func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 	defer close(w.done)
-	defer w.cancel()
 
 	cfg := w.cfg
-	start := cfg.Now()
+	start := w.start
 	lastOK := cfg.LastRenewed
 	var lastErr error
 	next := lastOK.Add(cfg.Interval)
@@ -171,7 +196,7 @@ func (w *Watchdog) loop(ctx context.Context) {
 	inflight := false
 	defer func() {
 		if inflight { // the renewal in flight ends once its ctx is cancelled
-			w.cancel()
+			cancel()
 			<-res
 		}
 	}()

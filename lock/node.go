@@ -1,0 +1,186 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Node is the reentrant hash lock's protocol on one Redis server, without a
+// Client around it: no waiting loop, no watchdog, no Pub/Sub. It is for
+// callers that coordinate several independent servers themselves (package
+// redlock runs it on every master). It uses the key schema, the Lua scripts
+// and the wake-up channels of the package documentation, so a Node and a
+// Client with the same prefix see the same locks.
+//
+// A Node is a small value, safe for concurrent use. The zero value uses
+// DefaultPrefix.
+type Node struct {
+	prefix string
+}
+
+// NewNode returns a Node whose keys and channels start with prefix
+// ("" means DefaultPrefix). It returns an error wrapping ErrInvalid if
+// prefix contains '{' or '}' (they would break the hash tag).
+func NewNode(prefix string) (Node, error) {
+	if strings.ContainsAny(prefix, "{}") {
+		return Node{}, fmt.Errorf("%w: key prefix %q contains a brace", ErrInvalid, prefix)
+	}
+	return Node{prefix: prefix}, nil
+}
+
+func (n Node) pfx() string {
+	if n.prefix == "" {
+		return DefaultPrefix
+	}
+	return n.prefix
+}
+
+// NodeKeys are the Redis keys of one lock (see the key schema in the
+// package documentation).
+type NodeKeys struct {
+	Lock      string // hash owner -> hold count
+	Fence     string // fencing counter, never deleted by a release
+	Queue     string // list of queued waiter ids
+	Deadlines string // zset waiter id -> deadline
+}
+
+// Keys returns the keys of the lock named key.
+func (n Node) Keys(key string) NodeKeys {
+	k := lockKeys(n.pfx(), key)
+	return NodeKeys{Lock: k[0], Fence: k[1], Queue: k[2], Deadlines: k[3]}
+}
+
+// WakeChannel returns the Pub/Sub channel on which releases wake the
+// waiters of the client with id clientID. Subscribe to it before queueing
+// any waiter made by WaiterID(clientID, …).
+func (n Node) WakeChannel(clientID string) string { return wakePrefix(n.pfx()) + clientID }
+
+// WaiterID returns the id of a client's seq-th waiter: "<clientID>:<seq>".
+// A release that frees the lock publishes this id on
+// WakeChannel(clientID). clientID must not be empty.
+func (n Node) WaiterID(clientID string, seq uint64) string {
+	return clientID + ":" + strconv.FormatUint(seq, 10)
+}
+
+// NodeAcquire describes one acquisition attempt on one server.
+type NodeAcquire struct {
+	// Owner is the lock owner (see WithOwner). Required.
+	Owner string
+	// TTL is the hold's time to live, at least a millisecond.
+	TTL time.Duration
+	// Waiter, if not empty, is queued (or has its deadline refreshed) when
+	// the lock is held by another owner. Make it with WaiterID.
+	Waiter string
+	// Queued says the waiter may already be queued (a later attempt); the
+	// acquisition then removes it from the queue.
+	Queued bool
+	// Fair makes a free lock go to the first live waiter only.
+	Fair bool
+	// WaiterTimeout is how long a queued waiter keeps its place without
+	// calling in. Default: DefaultWaiterTimeout.
+	WaiterTimeout time.Duration
+}
+
+// NodeResult is the answer of one acquisition attempt.
+type NodeResult struct {
+	// Held: the owner holds the lock now.
+	Held bool
+	// Fresh: a new acquisition (false on re-entry). Only with Held.
+	Fresh bool
+	// Token is the fencing counter's value on this server. Only with Held.
+	Token int64
+	// Wait is how long the other owner's hold lasts at most (its PTTL), or
+	// how long to wait before trying again. Only without Held.
+	Wait time.Duration
+}
+
+// Acquire runs one acquisition (acquire.lua) of key on rdb, in one round
+// trip. It returns the Redis error, wrapped, if the script failed; a lock
+// held by another owner is a NodeResult without Held, not an error.
+func (n Node) Acquire(ctx context.Context, rdb redis.Scripter, key string, a NodeAcquire) (NodeResult, error) {
+	if a.WaiterTimeout <= 0 {
+		a.WaiterTimeout = DefaultWaiterTimeout
+	}
+	fair, queued := "0", "0"
+	if a.Fair {
+		fair = "1"
+	}
+	if a.Queued && a.Waiter != "" {
+		queued = "1"
+	}
+	k := lockKeys(n.pfx(), key)
+	res, err := acquireScript.Run(ctx, rdb, k, a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
+		a.WaiterTimeout.Milliseconds(), wakePrefix(n.pfx()), queued).Slice()
+	if err != nil {
+		return NodeResult{}, fmt.Errorf("lock: obtain %q: %w", k[0], err)
+	}
+	if len(res) < 2 {
+		return NodeResult{}, fmt.Errorf("lock: obtain %q: unexpected reply %v", k[0], res)
+	}
+	st, _ := res[0].(int64)
+	v, _ := res[1].(int64)
+	if st == 1 && len(res) >= 3 {
+		f, _ := res[2].(int64)
+		return NodeResult{Held: true, Fresh: f == 1, Token: v}, nil
+	}
+	return NodeResult{Wait: time.Duration(max(v, 1)) * time.Millisecond}, nil
+}
+
+// NodeRelease describes one release on one server.
+type NodeRelease struct {
+	// Owner is the lock owner. Required.
+	Owner string
+	// TTL is set again when hold levels remain.
+	TTL time.Duration
+	// Request identifies this release: the same release sent again within
+	// Window gets the first answer instead of dropping a second level.
+	// Required, unique per release.
+	Request string
+	// Window is how long the answer is kept. Default: DefaultReleaseWindow.
+	Window time.Duration
+}
+
+// Release drops one hold level of key on rdb (release.lua); at zero it
+// deletes the lock and wakes the first live queued waiter on its client's
+// wake-up channel. It returns the levels left (0: freed), or -1 if the
+// owner did not hold the lock.
+func (n Node) Release(ctx context.Context, rdb redis.Scripter, key string, r NodeRelease) (int64, error) {
+	if r.Window <= 0 {
+		r.Window = DefaultReleaseWindow
+	}
+	k := lockKeys(n.pfx(), key)
+	left, err := releaseScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request},
+		r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), wakePrefix(n.pfx())).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lock: release %q: %w", k[0], err)
+	}
+	return left, nil
+}
+
+// Renew sets key's TTL on rdb again if owner holds it (renew.lua). It
+// reports whether owner held it.
+func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner string, ttl time.Duration) (bool, error) {
+	k := lockKeys(n.pfx(), key)
+	v, err := renewScript.Run(ctx, rdb, k[:1], owner, max(ttl.Milliseconds(), 1)).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lock: renew %q: %w", k[0], err)
+	}
+	return v == 1, nil
+}
+
+// Leave takes a waiter out of key's queue on rdb (leave.lua) and, if the
+// lock is free, wakes the next live waiter in its place. It reports whether
+// the waiter was queued.
+func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string) (bool, error) {
+	k := lockKeys(n.pfx(), key)
+	v, err := leaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3]}, waiter, wakePrefix(n.pfx())).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lock: leave %q: %w", k[0], err)
+	}
+	return v == 1, nil
+}
