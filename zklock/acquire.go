@@ -212,6 +212,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 	}
 	var b backoff
 	var timer *time.Timer
+	watches := map[string]<-chan zk.Event{} // armed data watches, by node name
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -232,7 +233,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 			c.abandon(cr)
 			return false, c.ctxErr(ctx, err)
 		}
-		pred, blockers, found := c.queue(names, cr, k, mine)
+		pred, pred2, blockers, found := c.queue(names, cr, k, mine)
 		if !found {
 			return false, nil
 		}
@@ -243,10 +244,16 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 			c.abandon(cr)
 			return false, lock.ErrNotObtained
 		}
-		// A data watch (getData), not exists: on a node already gone it
-		// fails and leaves no watch behind on the server.
-		var ch <-chan zk.Event
-		err = c.call(ctx, func() (err error) { _, _, ch, err = c.conn.GetW(parent + "/" + pred); return err })
+		// Watch pred, and also the node before it (pred2): when pred2 goes,
+		// pred normally holds, and listing again then (while pred holds, off
+		// the hand-off's path) shows pred as the last node cr waits for, so
+		// that pred's deletion hands the lock over with no round trip. In an
+		// exclusive queue a deletion wakes two waiters at most.
+		chPred, err := c.watch(ctx, watches, parent, pred)
+		var chPred2 <-chan zk.Event
+		if err == nil && blockers >= 2 {
+			chPred2, err = c.watch(ctx, watches, parent, pred2)
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
@@ -260,8 +267,8 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 			return false, c.ctxErr(ctx, err)
 		}
 		b = backoff{}
-		// Wait for the predecessor, looking at the connection every second:
-		// a closed zk.Conn never fires its watches.
+		// Wait, looking at the connection every second: a closed zk.Conn
+		// never fires its watches.
 		var downSince time.Time
 	wait:
 		for {
@@ -270,17 +277,17 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 			} else {
 				timer.Reset(time.Second)
 			}
+			var ev zk.Event
 			select {
-			case ev := <-ch:
+			case ev = <-chPred:
+				delete(watches, pred)
 				if ev.Type == zk.EventNodeDeleted && blockers == 1 {
 					// Nodes before cr never appear later; the only one it
 					// waited for is gone.
 					return true, nil
 				}
-				if ev.Err != nil && c.conn.SessionID() != cr.session {
-					return false, nil // the watch ended with the session, and cr with it
-				}
-				break wait
+			case ev = <-chPred2:
+				delete(watches, pred2)
 			case <-timer.C:
 				if c.conn.State() != zk.StateDisconnected {
 					downSince = time.Time{}
@@ -290,6 +297,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 					c.abandon(cr)
 					return false, ErrClosed
 				}
+				continue
 			case <-ctx.Done():
 				c.abandon(cr)
 				return false, notObtained(ctx)
@@ -297,16 +305,37 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 				c.abandon(cr)
 				return false, ErrClosed
 			}
+			if ev.Err != nil && c.conn.SessionID() != cr.session {
+				return false, nil // the watch ended with the session, and cr with it
+			}
+			break wait
 		}
 	}
 }
 
-// queue finds, in parent's children, the node cr waits for (pred, "" if
-// none) and how many nodes it waits for. found is false if cr is not among
+// watch returns the channel of a data watch on parent's child name, set by
+// getData unless one is already armed in watches. getData, unlike exists,
+// fails on a node already gone (zk.ErrNoNode) and then leaves no watch on
+// the server.
+func (c *Client) watch(ctx context.Context, watches map[string]<-chan zk.Event, parent, name string) (<-chan zk.Event, error) {
+	if ch, ok := watches[name]; ok {
+		return ch, nil
+	}
+	var ch <-chan zk.Event
+	err := c.call(ctx, func() (err error) { _, _, ch, err = c.conn.GetW(parent + "/" + name); return err })
+	if err != nil {
+		return nil, err
+	}
+	watches[name] = ch
+	return ch, nil
+}
+
+// queue finds, in parent's children, the last node cr waits for (pred, ""
+// if none), the one before it (pred2), and how many nodes it waits for. found is false if cr is not among
 // the children. Other nodes with cr's UUID are duplicates of a create whose
 // reply was lost: they are deleted, never waited for.
-func (c *Client) queue(names []string, cr created, k kind, mine string) (pred string, blockers int, found bool) {
-	var predSeq int64 = -1
+func (c *Client) queue(names []string, cr created, k kind, mine string) (pred, pred2 string, blockers int, found bool) {
+	var predSeq, pred2Seq int64 = -1, -1
 	for _, name := range names {
 		if name == cr.name {
 			found = true
@@ -325,11 +354,15 @@ func (c *Client) queue(names []string, cr created, k kind, mine string) (pred st
 			continue
 		}
 		blockers++
-		if n.seq > predSeq {
+		switch {
+		case n.seq > predSeq:
+			pred2, pred2Seq = pred, predSeq
 			pred, predSeq = name, n.seq
+		case n.seq > pred2Seq:
+			pred2, pred2Seq = name, n.seq
 		}
 	}
-	return pred, blockers, found
+	return pred, pred2, blockers, found
 }
 
 // abandon deletes the node of an attempt that gives up, within
