@@ -343,4 +343,3 @@ func writeIDs(w http.ResponseWriter, r *http.Request, ids []int64, batch bool) {
 	}
 	w.Write(buf)
 }
-
