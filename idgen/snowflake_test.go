@@ -66,8 +66,9 @@ func checkUnique(t *testing.T, l idgen.Layout, worker int64, ids []int64) {
 }
 
 // TestConcurrentUnique takes 2,000,000 IDs from 8 goroutines on the real
-// clock: Twitter's layout at its sequence ceiling, then a 22-bit sequence
-// whose ceiling is out of reach (more IDs per tick, more CAS contention).
+// clock in Twitter's layout, at its sequence ceiling; then fewer in a 22-bit
+// sequence whose ceiling is out of reach (more CAS contention per tick) and,
+// with NextN, in Sonyflake's layout (time|sequence|worker).
 func TestConcurrentUnique(t *testing.T) {
 	const goroutines, perGoroutine = 8, 250_000
 	for _, tc := range []struct {
@@ -84,9 +85,12 @@ func TestConcurrentUnique(t *testing.T) {
 				t.Skip("batch form: -short")
 			}
 			g := newSnowflake(t, tc.layout, tc.worker)
-			n := perGoroutine
-			if tc.batch > 0 {
+			n := perGoroutine // the real thing: 2,000,000 IDs
+			switch {
+			case tc.batch > 0:
 				n = 2_000 // Sonyflake: 25,600 IDs/s, so about 0.6 s
+			case tc.layout.Name == "seq22":
+				n = 50_000 // contention rather than volume
 			}
 			ids := collect(t, g, goroutines, n, tc.batch)
 			if len(ids) != goroutines*n {
