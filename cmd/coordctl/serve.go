@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,8 +27,20 @@ func init() {
 // maxBatch bounds n of /ids/{tag}?n=.
 const maxBatch = 10000
 
-// tagPattern is what a tag may look like: it becomes part of a Redis key.
-var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+// validTag reports whether tag is 1 to 64 of A-Z a-z 0-9 _ . : - (it
+// becomes part of a Redis key).
+func validTag(tag string) bool {
+	if len(tag) == 0 || len(tag) > 64 {
+		return false
+	}
+	for i := 0; i < len(tag); i++ {
+		c := tag[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 const serveAbout = `Serves IDs over HTTP:
 
@@ -120,8 +131,10 @@ type server struct {
 	issued   *prometheus.CounterVec
 	failures *prometheus.CounterVec
 	refills  prometheus.CounterFunc
+	// the issued counters of each kind, looked up once
+	issuedSegment, issuedSnowflake prometheus.Counter
 
-	mu   sync.Mutex // protects tags
+	mu   sync.RWMutex // protects tags
 	tags map[string]*redisid.Segment
 }
 
@@ -196,6 +209,8 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 	worker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coordctl_worker_id", Help: "The leased Snowflake worker ID.",
 	}, func() float64 { return float64(s.lease.ID()) })
+	s.issuedSegment = s.issued.WithLabelValues("segment")
+	s.issuedSnowflake = s.issued.WithLabelValues("snowflake")
 	s.reg.MustRegister(s.issued, s.failures, s.refills, lease, worker,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	ok = true
@@ -210,8 +225,8 @@ func (s *server) close() {
 }
 
 func (s *server) fetches() float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	var n int64
 	for _, g := range s.tags {
 		n += g.Stats().Fetches
@@ -220,6 +235,12 @@ func (s *server) fetches() float64 {
 }
 
 func (s *server) segment(tag string) (*redisid.Segment, error) {
+	s.mu.RLock()
+	g, ok := s.tags[tag]
+	s.mu.RUnlock()
+	if ok {
+		return g, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g, ok := s.tags[tag]; ok {
@@ -255,7 +276,7 @@ const requestTimeout = 2 * time.Second
 
 func (s *server) ids(w http.ResponseWriter, r *http.Request, n int, batch bool) {
 	tag := r.PathValue("tag")
-	if !tagPattern.MatchString(tag) {
+	if !validTag(tag) {
 		s.fail(w, http.StatusBadRequest, "tag must be 1 to 64 of A-Z a-z 0-9 _ . : -")
 		return
 	}
@@ -273,7 +294,7 @@ func (s *server) ids(w http.ResponseWriter, r *http.Request, n int, batch bool) 
 			return
 		}
 	}
-	s.issued.WithLabelValues("segment").Add(float64(n))
+	s.issuedSegment.Add(float64(n))
 	writeIDs(w, r, ids, batch)
 }
 
@@ -283,7 +304,7 @@ func (s *server) snowflake(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	s.issued.WithLabelValues("snowflake").Inc()
+	s.issuedSnowflake.Inc()
 	writeIDs(w, r, []int64{id}, false)
 }
 
