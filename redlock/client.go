@@ -1,0 +1,371 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+)
+
+var _ lock.Locker = (*Client)(nil)
+
+const lockMinTTL = lock.MinTTL
+
+// subscribeWait bounds how long the first wait of a Client waits for its
+// subscriptions to be confirmed; a master that has not confirmed by then
+// is still subscribed in the background (go-redis reconnects), and its
+// wake-ups may be missed until it is.
+const subscribeWait = 250 * time.Millisecond
+
+// Client is a Redlock over N independent Redis masters (see the package
+// documentation). It is safe for concurrent use. The zero value is not
+// usable: call New.
+type Client struct {
+	masters []redis.UniversalClient
+	addrs   []string
+	quorum  int
+	node    lock.Node
+	o       options
+	id      string // this client's id: its waiters are "<id>:<n>"
+	quit    chan struct{}
+	stopSub context.CancelFunc // cancels the subscriptions' set-up
+	subCtx  context.Context    // the lifetime ctx of the subscriptions (background work)
+
+	mu      sync.Mutex // protects the fields below, every hold's levels and every lease's released
+	seq     uint64
+	holds   map[holdKey]*hold
+	waiters map[string]chan struct{}
+	subs    []*subscription // nil until the first wait; one per master
+	closed  bool
+}
+
+// subscription is the Client's Pub/Sub connection to one master, subscribed
+// to the Client's wake-up channel there.
+type subscription struct {
+	ready chan struct{} // closed once confirmed or failed (err)
+	err   error         // written before ready is closed
+	ps    *redis.PubSub // set before ready is closed, nil if closed meanwhile
+	done  chan struct{} // closed when the forwarding goroutine ends
+}
+
+// New returns a Client that locks keys on a quorum of masters, which it
+// does not close. Every master must be an independent Redis server (not a
+// replica of another, not the same server twice).
+//
+// Each master's client must have ContextTimeoutEnabled (redis.Options,
+// redis.ClusterOptions or redis.RingOptions): only then does go-redis
+// abandon a blocked socket read when a ctx deadline passes, which is how
+// the per-node timeout is enforced. New refuses a client without it, and a
+// UniversalClient whose options it cannot inspect.
+//
+// Errors match ErrInvalid (and lock.ErrInvalid): no masters, a nil master,
+// the same master twice (same client or same address), an even number of
+// masters without WithEvenMasters, ContextTimeoutEnabled off, an invalid
+// option.
+func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	node, err := lock.NewNode(o.prefix)
+	if err != nil {
+		return nil, invalid("key prefix %q contains a brace", o.prefix)
+	}
+	n := len(masters)
+	switch {
+	case n == 0:
+		return nil, invalid("no masters")
+	case n%2 == 0 && !o.evenMasters:
+		return nil, invalid("%d masters: an even number needs WithEvenMasters", n)
+	}
+	addrs := make([]string, n)
+	seen := map[string]int{}
+	for i, m := range masters {
+		if m == nil || reflect.ValueOf(m).Kind() == reflect.Pointer && reflect.ValueOf(m).IsNil() {
+			return nil, invalid("master %d is nil", i)
+		}
+		addr, ctxTimeout, ok := describe(m)
+		if !ok {
+			return nil, invalid("master %d: cannot check that a %T enforces ctx deadlines (use *redis.Client, *redis.ClusterClient or *redis.Ring)", i, m)
+		}
+		if !ctxTimeout {
+			return nil, invalid("master %d (%s): go-redis client without ContextTimeoutEnabled cannot enforce the per-node timeout: set ContextTimeoutEnabled: true in its options", i, addr)
+		}
+		for j := range i {
+			if masters[j] == m {
+				return nil, invalid("master %d is master %d again", i, j)
+			}
+		}
+		if j, dup := seen[addr]; dup {
+			return nil, invalid("master %d (%s) has the address of master %d", i, addr, j)
+		}
+		seen[addr] = i
+		addrs[i] = addr
+	}
+	subCtx, stop := context.WithCancel(context.Background())
+	return &Client{
+		masters: slices.Clone(masters),
+		addrs:   addrs,
+		quorum:  n/2 + 1,
+		node:    node,
+		o:       o,
+		id:      strings.ReplaceAll(uuid.NewString(), "-", ""),
+		quit:    make(chan struct{}),
+		stopSub: stop,
+		subCtx:  subCtx,
+		holds:   map[holdKey]*hold{},
+		waiters: map[string]chan struct{}{},
+	}, nil
+}
+
+// describe returns a master's address (sorted and joined for several) and
+// whether its client enforces ctx deadlines; ok is false for a type it
+// cannot inspect.
+func describe(m redis.UniversalClient) (addr string, ctxTimeout, ok bool) {
+	switch c := m.(type) {
+	case *redis.Client:
+		opt := c.Options()
+		return opt.Addr, opt.ContextTimeoutEnabled, true
+	case *redis.ClusterClient:
+		opt := c.Options()
+		a := slices.Sorted(slices.Values(opt.Addrs))
+		return "cluster " + strings.Join(a, ","), opt.ContextTimeoutEnabled, true
+	case *redis.Ring:
+		opt := c.Options()
+		var a []string
+		for _, v := range opt.Addrs {
+			a = append(a, v)
+		}
+		slices.Sort(a)
+		return "ring " + strings.Join(a, ","), opt.ContextTimeoutEnabled, true
+	}
+	return "", false, false
+}
+
+// N returns the number of masters.
+func (c *Client) N() int { return len(c.masters) }
+
+// Quorum returns the number of masters an acquisition or renewal needs:
+// N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// Close stops the client: it closes the Pub/Sub connections and waits for
+// their goroutines, wakes every waiting Obtain (which returns
+// lock.ErrClosed), and stops renewing held leases, whose Lost channels close
+// with cause lock.ErrClosed; the locks expire after their TTL unless
+// released. Close does not close the masters' clients. It is idempotent.
+func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.quit)
+	subs := c.subs
+	holds := make([]*hold, 0, len(c.holds))
+	for _, h := range c.holds {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+	c.stopSub()
+	for _, s := range subs {
+		<-s.ready
+		if s.ps != nil {
+			s.ps.Close()
+		}
+		<-s.done
+	}
+	for _, h := range holds {
+		h.wd.Lose(lock.ErrClosed)
+	}
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *Client) nextSeq() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	return c.seq
+}
+
+func (c *Client) addWaiter() (string, chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", nil, lock.ErrClosed
+	}
+	c.seq++
+	id := c.node.WaiterID(c.id, c.seq)
+	ch := make(chan struct{}, 1)
+	c.waiters[id] = ch
+	return id, ch, nil
+}
+
+func (c *Client) removeWaiter(id string) {
+	c.mu.Lock()
+	delete(c.waiters, id)
+	c.mu.Unlock()
+}
+
+// wake delivers a wake-up to the local waiter it names, if it still waits.
+func (c *Client) wake(id string) {
+	c.mu.Lock()
+	ch := c.waiters[id]
+	c.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default: // already woken
+		}
+	}
+}
+
+// subscribe makes sure the client has one Pub/Sub connection per master,
+// subscribed to its wake-up channel, before any of its waiters is queued.
+// It waits until every master confirmed or failed, at most subscribeWait
+// (or ctx); a master that failed is subscribed again in the background by
+// go-redis, and until then its wake-ups are missed (each wait is bounded).
+func (c *Client) subscribe(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return lock.ErrClosed
+	}
+	subs := c.subs
+	if subs == nil {
+		subs = make([]*subscription, len(c.masters))
+		for i := range subs {
+			subs[i] = &subscription{ready: make(chan struct{}), done: make(chan struct{})}
+		}
+		c.subs = subs
+		for i, s := range subs {
+			go c.runSubscription(i, s) // owned by c: Close ends it and waits for done
+		}
+	}
+	c.mu.Unlock()
+	timer := time.NewTimer(subscribeWait)
+	defer timer.Stop()
+	for _, s := range subs {
+		select {
+		case <-s.ready:
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return errors.Join(lock.ErrNotObtained, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// runSubscription subscribes to the client's channel on master i, waits for
+// the confirmation (or its failure), then forwards wake-ups until Close
+// closes the connection. go-redis re-subscribes after a reconnection.
+func (c *Client) runSubscription(i int, s *subscription) {
+	defer close(s.done)
+	ctx, cancel := context.WithTimeout(c.subCtx, subscribeWait)
+	ps := c.masters[i].Subscribe(ctx, c.node.WakeChannel(c.id))
+	_, err := ps.Receive(ctx) // the subscription's confirmation
+	cancel()
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		s.ps = ps
+	}
+	c.mu.Unlock()
+	if closed {
+		ps.Close()
+		s.err = lock.ErrClosed
+		close(s.ready)
+		return
+	}
+	if err != nil {
+		s.err = &NodeError{Node: i, Addr: c.addrs[i], Op: "subscribe", Err: err}
+	}
+	ch := ps.Channel(redis.WithChannelSize(1024))
+	close(s.ready)
+	for m := range ch {
+		c.wake(m.Payload)
+	}
+}
+
+// reply is one master's answer in a round.
+type reply[T any] struct {
+	i   int
+	v   T
+	err error
+}
+
+// fanOut runs f on every master i with ok(i) (all if ok is nil) in
+// parallel, each on ctx bounded by timeout(i), and returns every answer
+// (index i; a skipped master has the zero answer). The results channel is
+// buffered to N so that no goroutine ever blocks on it; fanOut waits for
+// all of them (each is bounded by its timeout, which the masters' clients
+// enforce: ContextTimeoutEnabled), so none outlives it.
+func fanOut[T any](c *Client, ctx context.Context, timeout func(i int) time.Duration, ok func(i int) bool,
+	f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) []reply[T] {
+	n := len(c.masters)
+	out := make([]reply[T], n)
+	ch := make(chan reply[T], n)
+	sent := 0
+	for i, m := range c.masters {
+		out[i].i = i
+		if ok != nil && !ok(i) {
+			continue
+		}
+		sent++
+		go func() { // owned by fanOut, which waits for its reply
+			nctx, cancel := context.WithTimeout(ctx, timeout(i))
+			defer cancel()
+			v, err := f(nctx, i, m)
+			if err != nil {
+				err = &NodeError{Node: i, Addr: c.addrs[i], Err: err}
+			}
+			ch <- reply[T]{i, v, err}
+		}()
+	}
+	for range sent {
+		r := <-ch
+		out[r.i] = r
+	}
+	return out
+}
+
+// every returns the same timeout for every master.
+func every(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
+
+// nodeErr sets the operation of a fanOut error.
+func nodeErr(err error, op string) error {
+	var ne *NodeError
+	if errors.As(err, &ne) && ne.Op == "" {
+		ne.Op = op
+	}
+	return err
+}
+
+func (c *Client) String() string {
+	return fmt.Sprintf("redlock.Client(%d masters, quorum %d)", len(c.masters), c.quorum)
+}

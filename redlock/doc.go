@@ -1,0 +1,133 @@
+// Package redlock is a lock over N independent Redis masters (the Redlock
+// algorithm) implementing lock.Locker, so lock.Do works with it unchanged.
+// It is for users who will not trust one Redis master: a failover can hand
+// the lock of package lock to two clients, while a Redlock holds as long
+// as a majority of its masters keep their data and their clocks.
+//
+// # Algorithm
+//
+// Every master runs the reentrant hash lock of package lock, through
+// lock.Node: the same Lua scripts (acquire, release, renew, leave), the same
+// key schema and the same targeted wake-ups, so reentrancy and owners work
+// as in package lock (the owner comes from the ctx, lock.WithOwner).
+//
+// Acquire: the client notes the time, runs acquire.lua on all N masters in
+// parallel, each bounded by the node timeout (WithNodeTimeout, 5 ms by
+// default), and waits for every answer or timeout. It holds the lock when
+// a quorum (N/2+1) of masters granted it and the validity TTL − elapsed −
+// drift is positive, with drift = TTL·0.01 + 2 ms (Drift). Otherwise it
+// releases on every master that may hold the new level — those that said
+// so and those whose answer was lost (release.lua does nothing where the
+// owner holds nothing); only masters that answered "held by another owner"
+// are skipped, as the script took nothing there — before it retries or
+// returns lock.ErrNotObtained.
+//
+// Per-node timeouts are real: go-redis abandons a blocked socket read at a
+// ctx deadline only when the client was built with ContextTimeoutEnabled
+// (otherwise it waits for ReadTimeout, seconds). The masters are the
+// caller's clients, so New checks their options (*redis.Client,
+// *redis.ClusterClient, *redis.Ring) and refuses, with ErrInvalid, a client
+// without ContextTimeoutEnabled or one whose options it cannot read. With
+// it, a black-holed master costs an attempt the node timeout and no more;
+// the other masters' answers are not delayed by it.
+//
+// Waiting (Obtain): a waiter is queued, by acquire.lua, on each master
+// where another owner holds the lock. The release that frees the lock on a
+// master publishes the id of the first live waiter there on that waiter's
+// client's channel; each Client subscribes once per master (one Pub/Sub
+// connection per master, opened by its first wait, never one per waiter),
+// so the right waiter wakes and tries again at once. A waiter that gets
+// the lock leaves the queues of the masters it did not get. Each wait is
+// bounded by the holder's remaining TTL and a third of the waiter timeout
+// (a queued waiter calls in to keep its place), and always by ctx. An
+// attempt that took some masters but not a quorum (contenders split the
+// vote) pauses a random jitter (WithRetryJitter) before the next; failing
+// masters make it back off (doubling, at most 250 ms). lock.WithRetry
+// replaces all this by polling.
+//
+// Extension: the watchdog (package watchdog) renews every TTL/3 with
+// renew.lua on all masters; a round succeeds with a quorum of renewals.
+// When so many masters answer "not held" that no quorum is possible the
+// lease is lost at once; when rounds keep failing, it is lost TTL − drift
+// after the start of the last successful round (the acquisition's for the
+// first). Lost() closes and lock.Do cancels its function's ctx with
+// lock.ErrLockLost. A master that lost the lock (restarted empty) is not
+// acquired again by renewals; the lease lives on the others while they are
+// a quorum.
+//
+// Release: the outermost level runs release.lua on every master; inner
+// levels (re-entry through the same Client) are counted locally and cost
+// no round trip.
+//
+// # Fencing tokens
+//
+// Each master has its own counter (P{key}:fence), and they differ: failed
+// attempts advance some of them, and a master that lost its data starts
+// again from its clock in microseconds. A Redlock token cannot be any one
+// master's token. Lease.Token is the largest token of the quorum that
+// granted the lock; before the lease is returned, the client makes sure a
+// quorum of the masters it holds have a counter of at least that value
+// (those whose token was the maximum count; the others are raised with
+// raise_fence.lua, a round trip only when the tokens differed). Any later
+// holder's quorum shares at least one of those masters, where it acquires
+// after this hold ended and gets a larger counter value: tokens of
+// successive holders increase strictly. This holds as long as that shared
+// master did not lose its data (and then its clock-based restart value is
+// larger anyway, unless its clock went back or more than one acquisition
+// per microsecond was ever made). An attempt that cannot raise a quorum
+// fails with ErrFence and is retried. Re-entry through the same Client
+// returns the same token; re-entry through another Client with the same
+// owner gets the counters' current maximum, not necessarily the same.
+//
+// # Redis key schema
+//
+// On every master, with the prefix P (DefaultPrefix, "coordkit:redlock:"),
+// the keys of package lock:
+//
+//	P{key}            hash    owner -> hold count; PEXPIRE TTL
+//	P{key}:fence      string  fencing counter; raised by raise_fence.lua
+//	P{key}:q          list    queued waiter ids "<client id>:<n>"
+//	P{key}:qt         zset    waiter id -> deadline (server time, ms)
+//	P{key}:r:<req>    string  answer of one release, kept for the release window
+//	P wake:<client>   channel one per Client; a message is the id of the waiter to wake
+//
+// # Safety and liveness
+//
+// Mutual exclusion holds while a majority of the masters keep the lock's
+// keys, and while the holder's process, the network and the masters'
+// clocks agree on elapsed time within the drift: the lease is trusted for
+// TTL − elapsed − drift from the start of the acquisition (and of each
+// renewal), and Lost() closes when that runs out without a renewal. A
+// process paused for longer than that (GC, swap, SIGSTOP) may still act
+// after its lock expired: only the fencing token, checked by the protected
+// resource, stops it. Key expiry follows each master's wall clock: a clock
+// jump on a master shortens or stretches its TTLs.
+//
+// A master restarted without its data (no persistence, or
+// appendfsync everysec losing the last second) forgets the locks it
+// granted. With N = 3, one such restart leaves a holder on 2 of 3 masters
+// and another client still cannot reach a quorum; a second master losing
+// its data lets a second client obtain the lock while the first still
+// believes it holds it (its next renewal finds the lock gone on 2 of 3
+// masters and Lost() closes; its token is smaller than the new holder's).
+// The tests show exactly this. Redis's Redlock description gives the
+// remedies: persist with appendfsync always, or keep a crashed master
+// down for at least the largest TTL in use before it rejoins (delayed
+// restart), so that every lock it knew has expired anyway.
+//
+// Liveness: a lock whose holder vanished is free at most TTL later on every
+// master; fewer than a quorum of live masters means no lock at all (Obtain
+// waits, backing off, until its ctx ends), and locks work again as soon as
+// a quorum is back. Waiters are woken in queue order per master but, as in
+// package lock without fair mode, a releaser may take the lock again first;
+// split votes between contenders are resolved by the random jitter.
+//
+// # When not to use it
+//
+// If one Redis (with replicas) is trusted, package lock is simpler and
+// faster. If a double holder is unacceptable and the resource cannot check
+// fencing tokens, use a consensus system (package zklock): Redlock's safety
+// rests on timing assumptions (bounded pauses, bounded clock drift) that a
+// consensus system does not need. Do not give it replicas of one master as
+// "masters" — they are not independent.
+package redlock

@@ -1,0 +1,192 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+// holdKey identifies a hold: the levels one owner holds on one key through
+// one Client. They share one watchdog and one token.
+type holdKey struct{ key, owner string }
+
+type hold struct {
+	k      holdKey
+	levels int // protected by Client.mu
+	token  int64
+	ttl    time.Duration
+	wd     *watchdog.Watchdog
+}
+
+// lease is one level of a hold. Besides lock.Lease it has Owner and Err.
+type lease struct {
+	c        *Client
+	h        *hold
+	released bool // protected by c.mu
+}
+
+func (l *lease) Key() string           { return l.h.k.key }
+func (l *lease) Lost() <-chan struct{} { return l.h.wd.Lost() }
+
+// Token returns the lease's fencing token: the largest of the tokens the
+// quorum's masters gave, after raising the counters of a quorum of the held
+// masters to it (see the package documentation). Re-entry through the same
+// Client returns the same token.
+func (l *lease) Token() int64 { return l.h.token }
+
+// Owner returns the owner that holds the lease.
+func (l *lease) Owner() string { return l.h.k.owner }
+
+// Err returns nil while the lease is not known to be lost, and then an
+// error matching lock.ErrLockLost that wraps the cause
+// (watchdog.ErrNotHeld, watchdog.ErrExpired, watchdog.ErrMaxHold,
+// lock.ErrClosed).
+func (l *lease) Err() error {
+	if err := l.h.wd.Err(); err != nil {
+		return fmt.Errorf("%w: %w", lock.ErrLockLost, err)
+	}
+	return nil
+}
+
+// reenter returns one more level of a live hold of owner on key through
+// this client, or nil if there is none.
+func (c *Client) reenter(key, owner string) *lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.holds[holdKey{key, owner}]
+	if h == nil || h.wd.Err() != nil || c.closed {
+		return nil
+	}
+	h.levels++
+	return &lease{c: c, h: h}
+}
+
+// newLease records the hold a successful attempt took and starts its
+// watchdog. If a hold of the same owner on key appeared meanwhile (two
+// goroutines of one owner obtaining at once), the new acquisition is a
+// level of that hold: the masters' extra level is released again.
+func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainOptions, a attempt) *lease {
+	k := holdKey{key, owner}
+	c.mu.Lock()
+	if h := c.holds[k]; h != nil && h.wd.Err() == nil && !c.closed {
+		h.levels++
+		c.mu.Unlock()
+		c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, every(c.o.slowTimeout()), nil)
+		return &lease{c: c, h: h}
+	}
+	h := &hold{k: k, levels: 1, token: a.token, ttl: o.TTL}
+	h.wd = c.startWatchdog(key, owner, o, a.start)
+	c.holds[k] = h
+	closed := c.closed
+	c.mu.Unlock()
+	if closed { // Close has stopped every watchdog it saw
+		h.wd.Lose(lock.ErrClosed)
+	}
+	return &lease{c: c, h: h}
+}
+
+// startWatchdog renews the hold on every master every TTL/3; a renewal
+// succeeds with a quorum of renewed masters. The watchdog counts the
+// lease's life as TTL − drift from the start of the last successful round
+// (the acquisition's for the first), so Lost closes before the masters'
+// holds can have expired.
+func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start time.Time) *watchdog.Watchdog {
+	wd, err := watchdog.Start(watchdog.Config{
+		TTL:         o.TTL - Drift(o.TTL),
+		Interval:    o.TTL / 3,
+		MaxHold:     o.MaxHold,
+		LastRenewed: start,
+		Now:         c.o.now,
+		Renew:       func(ctx context.Context) error { return c.renew(ctx, key, owner, o.TTL) },
+	})
+	if err != nil { // o was validated by checkTTL: this is a bug
+		panic(err)
+	}
+	return wd
+}
+
+// renew extends owner's hold on every master. It returns nil with a quorum
+// of renewals, an error matching watchdog.ErrNotHeld (and lock.ErrNotHeld)
+// when so many masters answered "not held" that a quorum is impossible,
+// and otherwise an error joining ErrNoQuorum with the masters' errors.
+func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+	rs := fanOut(c, ctx, every(c.o.slowTimeout()), nil,
+		func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+			return c.node.Renew(ctx, rdb, key, owner, ttl)
+		})
+	ok, notHeld := 0, 0
+	var errs []error
+	for _, r := range rs {
+		switch {
+		case r.err != nil:
+			errs = append(errs, nodeErr(r.err, "renew"))
+		case r.v:
+			ok++
+		default:
+			notHeld++
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "renew", Err: lock.ErrNotHeld})
+		}
+	}
+	switch {
+	case ok >= c.quorum:
+		return nil
+	case notHeld > len(c.masters)-c.quorum:
+		return fmt.Errorf("%w: %w: %d of %d masters: %w", lock.ErrNotHeld, watchdog.ErrNotHeld,
+			notHeld, len(c.masters), errors.Join(errs...))
+	}
+	return errors.Join(append([]error{ErrNoQuorum}, errs...)...)
+}
+
+// Release drops one level of the hold. The outermost level releases the
+// lock on every master in parallel (each bounded by 20 × the node timeout,
+// at least 100 ms, and by ctx), which wakes the first waiter on each; it
+// returns nil if a quorum of masters still held it, and otherwise an error
+// matching lock.ErrNotHeld, joined with the masters' errors. An inner level
+// returns lock.ErrNotHeld if the lease was lost. Releasing a lease twice
+// returns lock.ErrNotHeld. A release is not retried: masters it did not
+// reach free the lock after the TTL.
+func (l *lease) Release(ctx context.Context) error {
+	c, h := l.c, l.h
+	c.mu.Lock()
+	if l.released {
+		c.mu.Unlock()
+		return lock.ErrNotHeld
+	}
+	l.released = true
+	h.levels--
+	last := h.levels == 0
+	if last && c.holds[h.k] == h {
+		delete(c.holds, h.k)
+	}
+	c.mu.Unlock()
+	if !last {
+		if h.wd.Err() != nil {
+			return lock.ErrNotHeld
+		}
+		return nil
+	}
+	h.wd.Stop()
+	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.ttl, every(c.o.slowTimeout()), nil)
+	held := 0
+	var errs []error
+	for _, r := range rs {
+		switch {
+		case r.err != nil:
+			errs = append(errs, nodeErr(r.err, "release"))
+		case r.v >= 0:
+			held++
+		default:
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "release", Err: lock.ErrNotHeld})
+		}
+	}
+	if held >= c.quorum {
+		return nil
+	}
+	return errors.Join(append([]error{lock.ErrNotHeld}, errs...)...)
+}

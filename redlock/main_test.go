@@ -1,0 +1,111 @@
+package redlock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
+)
+
+// shared are the five masters of the tests that do not break them, and of
+// the examples.
+var shared []*testserver.Redis
+
+type serverRun struct{ m *testing.M }
+
+func (r serverRun) Run() int {
+	var err error
+	if shared, err = testserver.NewRedisMasters(5); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		for _, s := range shared {
+			s.Close()
+		}
+	}()
+	return r.m.Run()
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(serverRun{m}) }
+
+// uniqueKey returns a key no other test uses.
+func uniqueKey(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 4)
+	rand.Read(b)
+	return strings.NewReplacer("/", ".", " ", "_").Replace(t.Name()) + ":" + hex.EncodeToString(b)
+}
+
+// dial returns go-redis clients for addrs, built as redlock needs them
+// (ContextTimeoutEnabled), closed when the test ends.
+func dial(t testing.TB, addrs ...string) []redis.UniversalClient {
+	t.Helper()
+	cs := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return cs
+}
+
+func addrsOf(rs []*testserver.Redis) []string {
+	a := make([]string, len(rs))
+	for i, r := range rs {
+		a[i] = r.Addr()
+	}
+	return a
+}
+
+// newClient returns a Client with go-redis clients of its own on rs (the
+// shared masters if nil), as a separate process would have; all are closed
+// when the test ends.
+func newClient(t testing.TB, rs []*testserver.Redis, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	if rs == nil {
+		rs = shared
+	}
+	c, err := redlock.New(dial(t, addrsOf(rs)...), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustObtain(t testing.TB, ctx context.Context, c lock.Locker, key string, opts ...lock.Option) lock.Lease {
+	t.Helper()
+	l, err := c.Obtain(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Obtain(%q): %v", key, err)
+	}
+	return l
+}
+
+func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("%s: not within %v", what, d)
+	}
+}

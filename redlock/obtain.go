@@ -1,0 +1,342 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+)
+
+// resolve checks the call's arguments and applies defaults.
+func (c *Client) resolve(key string, opts []lock.Option) (lock.ObtainOptions, error) {
+	o := lock.Apply(opts)
+	if c == nil {
+		return o, invalid("nil *redlock.Client")
+	}
+	if key == "" {
+		return o, invalid("empty key")
+	}
+	if o.TTL == 0 {
+		o.TTL = c.o.ttl
+	}
+	if err := c.o.checkTTL(o.TTL, "TTL"); err != nil {
+		return o, err
+	}
+	if o.MaxHold < 0 {
+		return o, invalid("negative MaxHold %v", o.MaxHold)
+	}
+	return o, nil
+}
+
+// Obtain blocks until key is held by ctx's owner (a new random owner if ctx
+// carries none) on a quorum of masters, ctx ends, or the client is closed.
+// It re-enters a lock the owner already holds through this client (same
+// lease token, no round trip). Waiting is notified: each waiter is queued
+// on every master where another owner holds the lock, and the release that
+// frees it there wakes the first waiter through this client's subscription
+// to that master; each wait is also bounded by the holder's remaining TTL
+// and a third of the waiter timeout. After an attempt that took some
+// masters but not a quorum it pauses a random jitter; when masters fail it
+// backs off. With lock.WithRetry it polls at the given delays instead.
+//
+// Errors: errors.Join(lock.ErrNotObtained, ctx.Err(), the last attempt's
+// errors) when ctx ends first; ErrInvalid for bad arguments (it also
+// matches lock.ErrInvalid); lock.ErrClosed after Close.
+func (c *Client) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	return c.obtain(ctx, key, true, opts)
+}
+
+// TryObtain makes one attempt. When it does not get a quorum with validity
+// left it releases what it took and returns lock.ErrNotObtained joined with
+// ErrNoQuorum (or ErrNoValidity, ErrFence) and the masters' errors
+// (*NodeError). Its other errors are Obtain's.
+func (c *Client) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	return c.obtain(ctx, key, false, opts)
+}
+
+func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.Option) (lock.Lease, error) {
+	o, err := c.resolve(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	owner, ok := lock.OwnerFrom(ctx)
+	if !ok {
+		owner = lock.NewOwner()
+	}
+	if l := c.reenter(key, owner); l != nil {
+		return l, nil
+	}
+	queue := wait && o.Retry == nil
+	var (
+		waiter string
+		wake   chan struct{}
+	)
+	// A client subscribes on its first wait, not its first Obtain: until
+	// then a first attempt does not queue.
+	subscribeFirst := false
+	if queue {
+		subscribeFirst = !c.subscribed()
+		if waiter, wake, err = c.addWaiter(); err != nil {
+			return nil, err
+		}
+		defer c.removeWaiter(waiter)
+	} else if c.isClosed() {
+		return nil, lock.ErrClosed
+	}
+	queued := false
+	fails := 0
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		w := waiter
+		if subscribeFirst {
+			w = ""
+		}
+		a := c.attempt(ctx, key, owner, o.TTL, w, queued)
+		if a.ok {
+			if w != "" && a.got < len(c.masters) {
+				// The waiter may still be queued where it did not acquire;
+				// left there it would take the wake-ups meant for others.
+				c.leaveOn(ctx, key, waiter, a.missed)
+			}
+			return c.newLease(ctx, key, owner, o, a), nil
+		}
+		if w != "" && a.elsewhere > 0 {
+			queued = true
+		}
+		if ctx.Err() != nil {
+			c.leave(ctx, key, waiter, queued)
+			return nil, errors.Join(lock.ErrNotObtained, ctx.Err(), a.err)
+		}
+		if !wait {
+			return nil, errors.Join(lock.ErrNotObtained, a.err)
+		}
+		if subscribeFirst {
+			if err := c.subscribe(ctx); err != nil {
+				return nil, errors.Join(err, a.err)
+			}
+			subscribeFirst = false
+			continue // and queue at once
+		}
+		d, listen := c.pause(a, o, attempt, &fails)
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		var woken <-chan struct{}
+		if listen {
+			woken = wake
+		}
+		select {
+		case <-woken: // a release on some master woke this waiter
+		case <-timer.C:
+		case <-c.quit:
+			c.leave(ctx, key, waiter, queued)
+			return nil, lock.ErrClosed
+		case <-ctx.Done():
+			c.leave(ctx, key, waiter, queued)
+			return nil, errors.Join(lock.ErrNotObtained, ctx.Err(), a.err)
+		}
+	}
+}
+
+// pause returns how long to wait after a failed attempt, and whether a
+// wake-up may end the wait early.
+func (c *Client) pause(a attempt, o lock.ObtainOptions, attempt int, fails *int) (time.Duration, bool) {
+	if o.Retry != nil {
+		return max(o.Retry(attempt), 0), false
+	}
+	n := len(c.masters)
+	switch {
+	case a.elsewhere > n-c.quorum:
+		// Another owner holds enough masters to deny a quorum: wait for its
+		// release, at most until its hold would expire, and call in before
+		// the waiter would be skipped.
+		*fails = 0
+		return min(a.minWait, c.o.waiterTimeout/3), true
+	case a.got > 0 || a.elsewhere > 0:
+		// A split vote between contenders: a random pause, so that the next
+		// round is not split the same way.
+		*fails = 0
+		return c.jitter(c.o.jitter), false
+	default:
+		// Failing masters: back off, doubling up to maxBackoff.
+		*fails++
+		d := min(c.o.jitter<<min(*fails, 16), maxBackoff)
+		return d/2 + c.jitter(d/2), true
+	}
+}
+
+// jitter returns a random duration in [0, d).
+func (c *Client) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(c.o.randN(int64(d)))
+}
+
+// attempt is the outcome of one acquisition round.
+type attempt struct {
+	ok        bool
+	token     int64
+	start     time.Time // when the round began: the lease's TTL counts from it
+	got       int       // masters held by the owner
+	elsewhere int       // masters held by another owner
+	failed    int       // masters that failed or did not answer in time
+	minWait   time.Duration
+	missed    []bool // masters not held by the owner after the round
+	err       error  // why the attempt failed
+}
+
+// attempt runs acquire.lua on every master in parallel, each bounded by
+// the node timeout. With a quorum and validity left (TTL − elapsed −
+// drift > 0) it raises the fencing counters if needed and succeeds;
+// otherwise it releases what it may have taken, on every master except
+// those that answered that another owner holds the lock, and fails.
+func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Duration, waiter string, queued bool) attempt {
+	start := c.o.now()
+	req := lock.NodeAcquire{
+		Owner: owner, TTL: ttl, Waiter: waiter, Queued: queued && waiter != "",
+		WaiterTimeout: c.o.waiterTimeout,
+	}
+	rs := fanOut(c, ctx, every(c.o.nodeTimeout), nil,
+		func(ctx context.Context, _ int, rdb redis.UniversalClient) (lock.NodeResult, error) {
+			return c.node.Acquire(ctx, rdb, key, req)
+		})
+	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs))}
+	var errs []error
+	reentry := false
+	for _, r := range rs {
+		a.missed[r.i] = r.err != nil || !r.v.Held
+		switch {
+		case r.err != nil:
+			a.failed++
+			errs = append(errs, nodeErr(r.err, "acquire"))
+		case r.v.Held:
+			a.got++
+			a.token = max(a.token, r.v.Token)
+			reentry = reentry || !r.v.Fresh
+		default:
+			a.elsewhere++
+			a.minWait = min(a.minWait, r.v.Wait)
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "acquire", Err: errHeldElsewhere})
+		}
+	}
+	var why error
+	switch {
+	case a.got < c.quorum:
+		why = ErrNoQuorum
+	case ttl-c.o.now().Sub(start)-Drift(ttl) <= 0:
+		why = ErrNoValidity
+	default:
+		if err := c.raiseFence(ctx, key, rs, a.token); err != nil {
+			why = err
+		} else if ttl-c.o.now().Sub(start)-Drift(ttl) <= 0 {
+			why = ErrNoValidity
+		} else {
+			a.ok = true
+			return a
+		}
+	}
+	// Release on every master that may hold the owner's new level: those
+	// that said so, and those whose answer was lost. Not on the masters
+	// that answered that another owner holds the lock (the script took
+	// nothing there). If this was a re-entry of a hold the owner has
+	// through another client (some master answered "re-entered"), a lost
+	// answer may hide no increment at all, and releasing there could drop
+	// that other client's level: those masters are left to expire instead.
+	c.releaseOn(context.WithoutCancel(ctx), key, owner, ttl, func(i int) time.Duration {
+		if rs[i].err != nil {
+			return c.o.nodeTimeout
+		}
+		return c.o.slowTimeout()
+	}, func(i int) bool {
+		if rs[i].err != nil {
+			return !reentry
+		}
+		return rs[i].v.Held
+	})
+	a.err = errors.Join(append([]error{why}, errs...)...)
+	return a
+}
+
+// raiseFence makes the lease's token t safe to compare across holders: it
+// needs a quorum of the masters the owner holds to have a fencing counter
+// of at least t before the lease is returned (any later holder's quorum
+// shares one of them, where its fresh token exceeds t). Masters that
+// answered t already count; the others are raised with raise_fence.lua.
+func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.NodeResult], t int64) error {
+	have := 0
+	for _, r := range rs {
+		if r.err == nil && r.v.Held && r.v.Token == t {
+			have++
+		}
+	}
+	if have >= c.quorum {
+		return nil
+	}
+	fence := c.node.Keys(key).Fence
+	raised := fanOut(c, ctx, every(c.o.nodeTimeout),
+		func(i int) bool { return rs[i].err == nil && rs[i].v.Held && rs[i].v.Token < t },
+		func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
+			return raiseFenceScript.Run(ctx, rdb, []string{fence}, t).Int64()
+		})
+	var errs []error
+	for _, r := range raised {
+		switch {
+		case r.err != nil:
+			errs = append(errs, nodeErr(r.err, "fence"))
+		case r.v >= t:
+			have++
+		}
+	}
+	if have >= c.quorum {
+		return nil
+	}
+	return errors.Join(append([]error{ErrFence}, errs...)...)
+}
+
+// releaseOn releases one level of owner's hold on the masters with on(i),
+// in parallel, each bounded by timeout(i) and ctx. (After a failed attempt, masters that answered get the
+// slow bound and the others, likely slow or unreachable, the node timeout:
+// a hold that a release does not reach expires after the TTL.) It returns
+// the answers.
+func (c *Client) releaseOn(ctx context.Context, key, owner string, ttl time.Duration,
+	timeout func(i int) time.Duration, on func(i int) bool) []reply[int64] {
+	req := c.node.WaiterID(c.id, c.nextSeq())
+	return fanOut(c, ctx, timeout, on,
+		func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
+			return c.node.Release(ctx, rdb, key, lock.NodeRelease{
+				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow,
+			})
+		})
+}
+
+// leave takes a waiter out of the queue on every master after its ctx
+// ended or its client closed, on a ctx detached from that end.
+func (c *Client) leave(ctx context.Context, key, waiter string, queued bool) {
+	if queued {
+		c.leaveOn(ctx, key, waiter, nil)
+	}
+}
+
+// leaveOn takes a waiter out of the queue on the masters with on[i] (all
+// if on is nil), on a ctx detached from ctx's cancellation.
+func (c *Client) leaveOn(ctx context.Context, key, waiter string, on []bool) {
+	// A failure leaves the entry to be skipped after the waiter timeout.
+	fanOut(c, context.WithoutCancel(ctx), every(c.o.slowTimeout()), func(i int) bool { return on == nil || on[i] },
+		func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+			return c.node.Leave(ctx, rdb, key, waiter)
+		})
+}
+
+// subscribed reports whether the client's subscriptions were started.
+func (c *Client) subscribed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs != nil
+}
