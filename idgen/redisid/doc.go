@@ -140,6 +140,15 @@
 // to EVAL on NOSCRIPT (a restarted Redis has an empty script cache).
 // LoadScripts loads them all.
 //
+// # Deadlines
+//
+// Segment.Next honours ctx itself while it waits for a fetch. Counter, Hash
+// and Time calls are single go-redis commands: go-redis abandons a blocked
+// socket read when ctx's deadline passes only if the client was built with
+// ContextTimeoutEnabled; otherwise its ReadTimeout (default 3 s) bounds them.
+// For Time nodes, a client with MaxRetries -1 and a short DialTimeout makes a
+// dead node cost one failed dial before the client moves on.
+//
 // # When not to use it
 //
 // Not for IDs that must be unguessable (they count up). Not when gaps are
