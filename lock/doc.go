@@ -21,7 +21,8 @@
 //	P wake:<client>   channel one per Client; a message is the id of the waiter to wake
 //
 // (The channel is "P" + "wake:" + the client id.) Simple uses a string at
-// "coordkit:slock:{key}" and its own fencing counter beside it.
+// P simple:{key} (holding the holder's random value, PX TTL) and its own
+// fencing counter at P simple:{key}:fence.
 //
 // # Algorithm
 //
