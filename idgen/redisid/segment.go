@@ -248,8 +248,6 @@ func (g *Segment) advance(ctx context.Context, seen *segment) error {
 			f = g.startFlight()
 		}
 		g.waits.Add(1)
-		if seen != nil {
-		}
 		g.mu.Unlock()
 		select {
 		case <-f.done:
