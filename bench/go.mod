@@ -6,15 +6,19 @@ replace github.com/coordkit/coordkit => ../
 
 require (
 	github.com/bsm/redislock v0.9.4
+	github.com/bwmarrin/snowflake v0.3.0
 	github.com/coordkit/coordkit v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/go-zookeeper/zk v1.0.4
+	github.com/google/uuid v1.6.0
+	github.com/oklog/ulid/v2 v2.1.2
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/rs/xid v1.6.0
+	github.com/sony/sonyflake/v2 v2.0.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/go-zookeeper/zk v1.0.4 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
