@@ -72,3 +72,46 @@ func BenchmarkNextN(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(buf)), "ns/id")
 }
+
+func BenchmarkObjectID(b *testing.B) {
+	g, err := idgen.NewObjectIDGenerator()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	var last idgen.ObjectID
+	for b.Loop() {
+		last = g.New()
+	}
+	_ = last
+}
+
+func BenchmarkSerial(b *testing.B) {
+	s, err := idgen.NewSerial(idgen.SerialFormat{}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 0, 32)
+	b.ReportAllocs()
+	for b.Loop() {
+		if buf, err = s.AppendNext(buf[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	buf := make([]byte, 0, 16)
+	b.Run("base32", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			buf = idgen.AppendBase32(buf[:0], int64(i)<<22)
+		}
+	})
+	b.Run("base58", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			buf = idgen.AppendBase58(buf[:0], int64(i)<<22)
+		}
+	})
+}
