@@ -40,6 +40,8 @@ type Client struct {
 	stopSub context.CancelFunc // cancels the subscriptions' set-up
 	subCtx  context.Context    // the lifetime ctx of the subscriptions (background work)
 
+	bg sync.WaitGroup // round trips still running after their round was decided; Add under mu while not closed
+
 	mu      sync.Mutex // protects the fields below, every hold's levels and every lease's released
 	seq     uint64
 	holds   map[holdKey]*hold
@@ -164,7 +166,7 @@ func (c *Client) N() int { return len(c.masters) }
 func (c *Client) Quorum() int { return c.quorum }
 
 // Close stops the client: it closes the Pub/Sub connections and waits for
-// their goroutines, wakes every waiting Obtain (which returns
+// their goroutines and for the round trips still running, wakes every waiting Obtain (which returns
 // lock.ErrClosed), and stops renewing held leases, whose Lost channels close
 // with cause lock.ErrClosed; the locks expire after their TTL unless
 // released. Close does not close the masters' clients. It is idempotent.
@@ -196,6 +198,7 @@ func (c *Client) Close() error {
 	for _, h := range holds {
 		h.wd.Lose(lock.ErrClosed)
 	}
+	c.bg.Wait()
 	return nil
 }
 
@@ -314,43 +317,88 @@ func (c *Client) runSubscription(i int, s *subscription) {
 
 // reply is one master's answer in a round.
 type reply[T any] struct {
-	i   int
-	v   T
-	err error
+	i    int
+	v    T
+	err  error
+	done bool // answered (v or err) before fanOut returned
 }
 
 // fanOut runs f on every master i with ok(i) (all if ok is nil) in
-// parallel, each on ctx bounded by timeout(i), and returns every answer
-// (index i; a skipped master has the zero answer). The results channel is
-// buffered to N so that no goroutine ever blocks on it; fanOut waits for
-// all of them (each is bounded by its timeout, which the masters' clients
-// enforce: ContextTimeoutEnabled), so none outlives it.
+// parallel, each on ctx bounded by timeout(i), and returns the answers
+// (index i; a master without an answer has the zero reply, done false).
+// It returns when every master answered or, earlier, when enough (if not
+// nil) says the answers so far decide the round; an answer that comes
+// after that is passed to late (if not nil) by the goroutine that got it.
+// The results channel is buffered to N, so a goroutine whose answer is no
+// longer awaited does not block: it ends within its timeout (which the
+// masters' clients enforce: ContextTimeoutEnabled), owned by the Client,
+// whose Close waits for it. Once the Client is closed, fanOut waits for
+// every answer.
 func fanOut[T any](c *Client, ctx context.Context, timeout func(i int) time.Duration, ok func(i int) bool,
+	enough func(out []reply[T]) bool, late func(i int, v T, err error),
 	f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) []reply[T] {
 	n := len(c.masters)
 	out := make([]reply[T], n)
-	ch := make(chan reply[T], n)
-	sent := 0
-	for i, m := range c.masters {
+	for i := range out {
 		out[i].i = i
+	}
+	sent := 0
+	for i := range n {
+		if ok == nil || ok(i) {
+			sent++
+		}
+	}
+	c.mu.Lock()
+	detach := !c.closed && enough != nil
+	if detach {
+		c.bg.Add(sent) // before Close's Wait: closed is set under mu
+	}
+	c.mu.Unlock()
+	ch := make(chan reply[T], n)
+	var mu sync.Mutex // protects decided; held while a goroutine sends, so no answer is missed
+	decided := false
+	for i, m := range c.masters {
 		if ok != nil && !ok(i) {
 			continue
 		}
-		sent++
-		go func() { // owned by fanOut, which waits for its reply
+		go func() { // owned by fanOut while it waits, then by the Client (bg)
+			if detach {
+				defer c.bg.Done()
+			}
 			nctx, cancel := context.WithTimeout(ctx, timeout(i))
 			defer cancel()
 			v, err := f(nctx, i, m)
 			if err != nil {
 				err = &NodeError{Node: i, Addr: c.addrs[i], Err: err}
 			}
-			ch <- reply[T]{i, v, err}
+			mu.Lock()
+			if !decided {
+				ch <- reply[T]{i: i, v: v, err: err}
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			if late != nil {
+				late(i, v, err)
+			}
 		}()
 	}
 	for range sent {
 		r := <-ch
+		r.done = true
+		out[r.i] = r
+		if detach && enough(out) {
+			break
+		}
+	}
+	mu.Lock()
+	decided = true
+	for len(ch) > 0 { // sent before the decision: still this round's
+		r := <-ch
+		r.done = true
 		out[r.i] = r
 	}
+	mu.Unlock()
 	return out
 }
 

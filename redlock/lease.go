@@ -77,7 +77,7 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 	if h := c.holds[k]; h != nil && h.wd.Err() == nil && !c.closed {
 		h.levels++
 		c.mu.Unlock()
-		c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, every(c.o.slowTimeout()), nil)
+		c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, every(c.o.slowTimeout()), nil, nil)
 		return &lease{c: c, h: h}
 	}
 	h := &hold{k: k, levels: 1, token: a.token, ttl: o.TTL}
@@ -116,14 +116,27 @@ func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start ti
 // when so many masters answered "not held" that a quorum is impossible,
 // and otherwise an error joining ErrNoQuorum with the masters' errors.
 func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration) error {
-	rs := fanOut(c, ctx, every(c.o.slowTimeout()), nil,
-		func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
-			return c.node.Renew(ctx, rdb, key, owner, ttl)
-		})
+	n := len(c.masters)
+	rs := fanOut(c, ctx, every(c.o.slowTimeout()), nil, func(out []reply[bool]) bool {
+		ok, notHeld := 0, 0
+		for _, r := range out {
+			switch {
+			case !r.done || r.err != nil:
+			case r.v:
+				ok++
+			default:
+				notHeld++
+			}
+		}
+		return ok >= c.quorum || notHeld > n-c.quorum
+	}, nil, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+		return c.node.Renew(ctx, rdb, key, owner, ttl)
+	})
 	ok, notHeld := 0, 0
 	var errs []error
 	for _, r := range rs {
 		switch {
+		case !r.done:
 		case r.err != nil:
 			errs = append(errs, nodeErr(r.err, "renew"))
 		case r.v:
@@ -146,7 +159,8 @@ func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration
 // Release drops one level of the hold. The outermost level releases the
 // lock on every master in parallel (each bounded by 20 × the node timeout,
 // at least 100 ms, and by ctx), which wakes the first waiter on each; it
-// returns nil if a quorum of masters still held it, and otherwise an error
+// returns as soon as a quorum answered alike (the other releases go on in
+// the background, owned by the Client), nil if a quorum of masters held it, and otherwise an error
 // matching lock.ErrNotHeld, joined with the masters' errors. An inner level
 // returns lock.ErrNotHeld if the lease was lost. Releasing a lease twice
 // returns lock.ErrNotHeld. A release is not retried: masters it did not
@@ -172,11 +186,25 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	h.wd.Stop()
-	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.ttl, every(c.o.slowTimeout()), nil)
+	n := len(c.masters)
+	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.ttl, every(c.o.slowTimeout()), nil, func(out []reply[int64]) bool {
+		held, not := 0, 0
+		for _, r := range out {
+			switch {
+			case !r.done || r.err != nil:
+			case r.v >= 0:
+				held++
+			default:
+				not++
+			}
+		}
+		return held >= c.quorum || not > n-c.quorum
+	})
 	held := 0
 	var errs []error
 	for _, r := range rs {
 		switch {
+		case !r.done:
 		case r.err != nil:
 			errs = append(errs, nodeErr(r.err, "release"))
 		case r.v >= 0:

@@ -38,7 +38,12 @@ func (r serverRun) Run() int {
 	return r.m.Run()
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(serverRun{m}) }
+// go-redis retries the dial of a dead server in a goroutine that sleeps a
+// second before it sees that its pool was closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(serverRun{m},
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 // uniqueKey returns a key no other test uses.
 func uniqueKey(t testing.TB) string {

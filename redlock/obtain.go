@@ -203,16 +203,37 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 		Owner: owner, TTL: ttl, Waiter: waiter, Queued: queued && waiter != "",
 		WaiterTimeout: c.o.waiterTimeout,
 	}
-	rs := fanOut(c, ctx, every(c.o.nodeTimeout), nil,
-		func(ctx context.Context, _ int, rdb redis.UniversalClient) (lock.NodeResult, error) {
-			return c.node.Acquire(ctx, rdb, key, req)
-		})
+	// A quorum decides a success at once (masters that answer later hold a
+	// level the lease renews and releases); a failure waits for every
+	// answer, so that the release cannot overtake an acquisition.
+	// A waiter queued by an answer that comes after the success leaves the
+	// queue there; left in it, it would take the wake-ups meant for others.
+	var late func(int, lock.NodeResult, error)
+	if waiter != "" {
+		late = func(i int, v lock.NodeResult, err error) {
+			if err != nil || !v.Held {
+				c.leaveOne(ctx, i, key, waiter)
+			}
+		}
+	}
+	rs := fanOut(c, ctx, every(c.o.nodeTimeout), nil, func(out []reply[lock.NodeResult]) bool {
+		got := 0
+		for _, r := range out {
+			if r.done && r.err == nil && r.v.Held {
+				got++
+			}
+		}
+		return got >= c.quorum
+	}, late, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lock.NodeResult, error) {
+		return c.node.Acquire(ctx, rdb, key, req)
+	})
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs))}
 	var errs []error
 	reentry := false
 	for _, r := range rs {
-		a.missed[r.i] = r.err != nil || !r.v.Held
+		a.missed[r.i] = r.done && (r.err != nil || !r.v.Held) // late answers leave by themselves
 		switch {
+		case !r.done: // not awaited: the round succeeded without it
 		case r.err != nil:
 			a.failed++
 			errs = append(errs, nodeErr(r.err, "acquire"))
@@ -259,7 +280,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 			return !reentry
 		}
 		return rs[i].v.Held
-	})
+	}, nil)
 	a.err = errors.Join(append([]error{why}, errs...)...)
 	return a
 }
@@ -281,7 +302,7 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 	}
 	fence := c.node.Keys(key).Fence
 	raised := fanOut(c, ctx, every(c.o.nodeTimeout),
-		func(i int) bool { return rs[i].err == nil && rs[i].v.Held && rs[i].v.Token < t },
+		func(i int) bool { return rs[i].err == nil && rs[i].v.Held && rs[i].v.Token < t }, nil, nil,
 		func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 			return raiseFenceScript.Run(ctx, rdb, []string{fence}, t).Int64()
 		})
@@ -306,9 +327,9 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 // a hold that a release does not reach expires after the TTL.) It returns
 // the answers.
 func (c *Client) releaseOn(ctx context.Context, key, owner string, ttl time.Duration,
-	timeout func(i int) time.Duration, on func(i int) bool) []reply[int64] {
+	timeout func(i int) time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
 	req := c.node.WaiterID(c.id, c.nextSeq())
-	return fanOut(c, ctx, timeout, on,
+	return fanOut(c, ctx, timeout, on, enough, nil,
 		func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 			return c.node.Release(ctx, rdb, key, lock.NodeRelease{
 				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow,
@@ -325,13 +346,22 @@ func (c *Client) leave(ctx context.Context, key, waiter string, queued bool) {
 }
 
 // leaveOn takes a waiter out of the queue on the masters with on[i] (all
-// if on is nil), on a ctx detached from ctx's cancellation.
+// if on is nil), on a ctx detached from ctx's cancellation, without
+// waiting for the answers (the Client owns the round trips).
 func (c *Client) leaveOn(ctx context.Context, key, waiter string, on []bool) {
 	// A failure leaves the entry to be skipped after the waiter timeout.
 	fanOut(c, context.WithoutCancel(ctx), every(c.o.slowTimeout()), func(i int) bool { return on == nil || on[i] },
+		func([]reply[bool]) bool { return true }, nil,
 		func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
 			return c.node.Leave(ctx, rdb, key, waiter)
 		})
+}
+
+// leaveOne takes a waiter out of the queue on master i.
+func (c *Client) leaveOne(ctx context.Context, i int, key, waiter string) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
+	defer cancel()
+	_, _ = c.node.Leave(lctx, c.masters[i], key, waiter) // else skipped after the waiter timeout
 }
 
 // subscribed reports whether the client's subscriptions were started.

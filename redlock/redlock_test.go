@@ -165,7 +165,9 @@ func TestTokensIncrease(t *testing.T) {
 // exclusion runs goroutines on every locker, each repeatedly taking key and
 // doing a non-atomic read-modify-write (GET, sleep, SET) of a counter on
 // rdb for d, and checks that no increment was lost and no two sections
-// overlapped. during, if set, runs in the middle of the run.
+// overlapped. during, if set, runs in the middle of the run; leases lost
+// then (a holder that had just a quorum loses masters) are counted and
+// tolerated, not errors.
 func exclusion(t *testing.T, rdb redis.UniversalClient, lockers []lock.Locker, goroutines int, d time.Duration,
 	during func(), opts ...lock.Option) int64 {
 	t.Helper()
@@ -173,7 +175,7 @@ func exclusion(t *testing.T, rdb redis.UniversalClient, lockers []lock.Locker, g
 	counter := "counter:" + key
 	ctx := ctxTimeout(t, d+60*time.Second)
 	stop := time.Now().Add(d)
-	var inside, overlaps, sections atomic.Int64
+	var inside, overlaps, sections, lost atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines*len(lockers))
 	for _, l := range lockers {
@@ -198,6 +200,10 @@ func exclusion(t *testing.T, rdb redis.UniversalClient, lockers []lock.Locker, g
 						sections.Add(1)
 						return nil
 					}, opts...)
+					if during != nil && (errors.Is(err, lock.ErrLockLost) || errors.Is(err, lock.ErrNotHeld)) {
+						lost.Add(1)
+						continue
+					}
 					if err != nil {
 						errs <- err
 						return
@@ -228,7 +234,7 @@ func exclusion(t *testing.T, rdb redis.UniversalClient, lockers []lock.Locker, g
 	if sections.Load() < int64(len(lockers)) {
 		t.Errorf("only %d sections", sections.Load())
 	}
-	t.Logf("%d sections in %v", sections.Load(), d)
+	t.Logf("%d sections in %v, %d leases lost", sections.Load(), d, lost.Load())
 	return sections.Load()
 }
 

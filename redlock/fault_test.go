@@ -1,0 +1,212 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
+)
+
+func TestMastersKilled(t *testing.T) {
+	rs := testserver.StartRedisMasters(t, 5)
+	opt := redlock.WithNodeTimeout(20 * time.Millisecond) // fewer lost answers under -race
+	lockers := []lock.Locker{newClient(t, rs, opt), newClient(t, rs, opt), newClient(t, rs, opt)}
+	counter := dial(t, shared[0].Addr())[0] // outside the masters that die
+
+	// 2 of 5 killed mid-run: locks keep being granted, without overlap.
+	n := exclusion(t, counter, lockers, 3, 2*time.Second, func() {
+		rs[0].Kill()
+		rs[3].Kill()
+	})
+	if n == 0 {
+		t.Fatal("no sections")
+	}
+	after := exclusion(t, counter, lockers, 3, time.Second, nil)
+	if after == 0 {
+		t.Fatal("no lock granted with 3 of 5 masters alive")
+	}
+
+	// 3 of 5 dead: Obtain fails within its ctx, nothing hangs.
+	rs[4].Kill()
+	c := lockers[0].(*redlock.Client)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	start := time.Now()
+	_, err := c.Obtain(ctx, uniqueKey(t))
+	cancel()
+	if !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Obtain with 2 of 5 masters: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Obtain returned %v after start, ctx was 500ms", d)
+	}
+	if _, err := c.TryObtain(context.Background(), uniqueKey(t)); !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("TryObtain with 2 of 5 masters: %v", err)
+	}
+
+	// The masters return: locks work again.
+	for _, i := range []int{0, 3, 4} {
+		if err := rs[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx = ctxTimeout(t, 10*time.Second)
+	l := mustObtain(t, ctx, c, uniqueKey(t))
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBlackholedMaster(t *testing.T) {
+	rs := testserver.StartRedisMasters(t, 4)
+	proxy := testserver.StartProxy(t, shared[4].Addr())
+	addrs := append(addrsOf(rs), proxy.Addr())
+	const nodeTimeout = 20 * time.Millisecond
+	c, err := redlock.New(dial(t, addrs...), redlock.WithNodeTimeout(nodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxTimeout(t, 30*time.Second)
+	mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // connections are up
+
+	proxy.SetBlackhole(true)
+	defer proxy.Reset()
+	const margin = 250 * time.Millisecond // scheduling on a loaded machine, -race
+	var worst time.Duration
+	for range 5 {
+		start := time.Now()
+		l, err := c.TryObtain(ctx, uniqueKey(t))
+		d := time.Since(start)
+		if err != nil {
+			t.Fatalf("TryObtain with one master black-holed: %v", err)
+		}
+		worst = max(worst, d)
+		if d > nodeTimeout+margin {
+			t.Fatalf("acquisition took %v with the node timeout %v", d, nodeTimeout)
+		}
+		l.Release(ctx)
+	}
+	t.Logf("slowest acquisition with a black-holed master: %v (node timeout %v)", worst, nodeTimeout)
+
+	// A second black-holed master still leaves a quorum of 3.
+	rs[0].Pause()
+	defer rs[0].Resume()
+	start := time.Now()
+	l, err := c.TryObtain(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatalf("TryObtain with 2 of 5 masters unresponsive: %v", err)
+	}
+	if d := time.Since(start); d > nodeTimeout+margin {
+		t.Fatalf("acquisition took %v with the node timeout %v", d, nodeTimeout)
+	}
+	l.Release(ctx)
+}
+
+// TestRestartWithoutData shows the classic Redlock hazard with N = 3: a
+// master that restarts empty forgets the lock. One such master is not
+// enough for a second client; a second one is, and then two clients
+// believe they hold the lock until the first one's next renewal. The
+// fencing token of the second holder is larger.
+func TestRestartWithoutData(t *testing.T) {
+	rs := testserver.StartRedisMasters(t, 3)
+	a, b := newClient(t, rs), newClient(t, rs)
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	const ttl = 3 * time.Second
+	first := mustObtain(t, ctx, a, key, lock.WithTTL(ttl))
+
+	if err := rs[0].Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryObtain(ctx, key, lock.WithTTL(ttl)); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("second client obtained the lock after one master lost its data: %v", err)
+	}
+	if err := rs[1].Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	var second lock.Lease
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := b.TryObtain(ctx, key, lock.WithTTL(ttl))
+		if err == nil {
+			second = l
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 2 of 3 masters lost their data, the second client still could not obtain: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // the clients reconnect
+	}
+	select {
+	case <-first.Lost():
+		t.Log("first holder already knows it lost the lock")
+	default:
+		t.Log("two holders at once: the hazard")
+	}
+	if second.Token() <= first.Token() {
+		t.Errorf("second holder's token %d not above the first's %d", second.Token(), first.Token())
+	}
+	// The first holder's next renewal finds the lock gone on 2 of 3.
+	waitClosed(t, first.Lost(), ttl, "first holder's Lost")
+	if err := first.(interface{ Err() error }).Err(); !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("first holder's Err: %v", err)
+	}
+	select {
+	case <-second.Lost():
+		t.Fatal("second holder lost the lock")
+	default:
+	}
+	second.Release(ctx)
+}
+
+func TestExtensionLosesQuorum(t *testing.T) {
+	rs := testserver.StartRedisMasters(t, 5)
+	c := newClient(t, rs)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 600 * time.Millisecond
+	lost := make(chan error, 1)
+	go func() {
+		lost <- lock.Do(ctx, c, uniqueKey(t), func(ctx context.Context) error {
+			for _, i := range []int{1, 2, 4} {
+				rs[i].Kill()
+			}
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), lock.ErrLockLost) {
+				t.Errorf("fn's ctx cause: %v", context.Cause(ctx))
+			}
+			return ctx.Err()
+		}, lock.WithTTL(ttl))
+	}()
+	select {
+	case err := <-lost:
+		if !errors.Is(err, lock.ErrLockLost) {
+			t.Fatalf("Do: %v", err)
+		}
+	case <-time.After(ttl + 2*time.Second):
+		t.Fatal("lease not lost after 3 of 5 masters died")
+	}
+
+	// A lease whose masters answer "not held" is lost at the next renewal.
+	for _, i := range []int{1, 2, 4} {
+		if err := rs[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := uniqueKey(t)
+	l := mustObtain(t, ctx, c, key, lock.WithTTL(ttl))
+	start := time.Now()
+	for _, r := range rs[:3] {
+		if err := r.Client(t).Del(ctx, redlock.DefaultPrefix+"{"+key+"}").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitClosed(t, l.Lost(), ttl, "Lost after the lock vanished from 3 of 5")
+	t.Logf("lost %v after the deletion", time.Since(start))
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Release of a lost lease: %v", err)
+	}
+}
