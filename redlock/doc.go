@@ -115,6 +115,14 @@
 // down for at least the largest TTL in use before it rejoins (delayed
 // restart), so that every lock it knew has expired anyway.
 //
+// Accounting of levels per master assumes a master processes one owner's
+// commands in the order they were answered: a failed attempt's release
+// waits for every answer (up to 20 × the node timeout per master) before
+// the next attempt. A master stalled for longer than that (SIGSTOP, swap)
+// may still run a stale acquisition after the next attempt's one, and a
+// stale release then drops the newer level on that master; a second holder
+// still needs a quorum, which the first holder's other masters deny.
+//
 // Liveness: a lock whose holder vanished is free at most TTL later on every
 // master; fewer than a quorum of live masters means no lock at all (Obtain
 // waits, backing off, until its ctx ends), and locks work again as soon as

@@ -270,12 +270,11 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	// through another client (some master answered "re-entered"), a lost
 	// answer may hide no increment at all, and releasing there could drop
 	// that other client's level: those masters are left to expire instead.
-	c.releaseOn(context.WithoutCancel(ctx), key, owner, ttl, func(i int) time.Duration {
-		if rs[i].err != nil {
-			return c.o.nodeTimeout
-		}
-		return c.o.slowTimeout()
-	}, func(i int) bool {
+	//
+	// All of it before the next attempt, each master bounded by the slow
+	// bound: a release still queued on a master when the next attempt of
+	// the same owner arrives could drop that attempt's level instead.
+	c.releaseOn(context.WithoutCancel(ctx), key, owner, ttl, every(c.o.slowTimeout()), func(i int) bool {
 		if rs[i].err != nil {
 			return !reentry
 		}

@@ -1,0 +1,69 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
+)
+
+func ExampleNew() {
+	// Five independent masters; per-node timeouts need ContextTimeoutEnabled.
+	var masters []redis.UniversalClient
+	for _, s := range shared {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		masters = append(masters, rdb)
+	}
+	locker, err := redlock.New(masters)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+	fmt.Println("quorum:", locker.Quorum(), "of", locker.N())
+
+	ctx := context.Background()
+	err = lock.Do(ctx, locker, "example:report", func(ctx context.Context) error {
+		fmt.Println("holding the lock on a majority of masters")
+		return nil
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// quorum: 3 of 5
+	// holding the lock on a majority of masters
+	// done: <nil>
+}
+
+func ExampleClient_TryObtain() {
+	var masters []redis.UniversalClient
+	for _, s := range shared[:3] {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		masters = append(masters, rdb)
+	}
+	a, _ := redlock.New(masters)
+	defer a.Close()
+	b, _ := redlock.New(masters)
+	defer b.Close()
+
+	ctx := context.Background()
+	first, err := a.TryObtain(ctx, "example:try")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = b.TryObtain(ctx, "example:try")
+	fmt.Println("second:", errors.Is(err, lock.ErrNotObtained))
+	first.Release(ctx)
+	second, err := b.TryObtain(ctx, "example:try")
+	fmt.Println("after release:", err, second.Token() > first.Token())
+	second.Release(ctx)
+	// Output:
+	// second: true
+	// after release: <nil> true
+}
