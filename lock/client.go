@@ -37,7 +37,14 @@ type Client struct {
 	waiters map[string]chan struct{}
 	sub     *subscription // nil until the first wait that needs notification
 	closed  bool
+
+	// Script arguments that never change, boxed once: passing a string or
+	// a large integer as an argument allocates on every call otherwise.
+	argChan, argFair, argBound, argWindow any
 }
+
+// Boxed "0" and "1" script arguments.
+var argNo, argYes any = "0", "1"
 
 // holdKey identifies a hold: the levels one owner holds on one key through
 // this client. They share one watchdog.
@@ -78,6 +85,11 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 		waiters: map[string]chan struct{}{},
 	}
 	c.chanPrefix = wakePrefix(o.prefix)
+	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
+	c.argBound = o.waiterTimeout.Milliseconds()
+	if o.fair {
+		c.argFair = argYes
+	}
 	switch {
 	case rdb == nil:
 		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
@@ -96,8 +108,11 @@ func (c *Client) keys(key string) []string { return lockKeys(c.o.prefix, key) }
 // lockKeys is the key schema of the package documentation, defined once for
 // Client and Node.
 func lockKeys(prefix, key string) []string {
-	h := prefix + "{" + key + "}"
-	return []string{h, h + ":fence", h + ":q", h + ":qt"}
+	// The hash, queue and deadlines keys are prefixes of one string
+	// ("P{key}:qt"), so the four keys cost two allocations, not four.
+	qt := prefix + "{" + key + "}:qt"
+	n := len(qt) - len(":qt")
+	return []string{qt[:n], qt[:n] + ":fence", qt[:n+len(":q")], qt}
 }
 
 // wakePrefix is the prefix of every client's wake-up channel.
@@ -157,6 +172,13 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	if err != nil {
 		return nil, err
 	}
+	if _, none := c.o.metrics.(noMetrics); none {
+		l, err := c.obtainLoop(ctx, key, wait, o)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
 	begin := c.o.now()
 	l, err := c.obtainLoop(ctx, key, wait, o)
 	c.o.metrics.Waited(key, c.o.now().Sub(begin), err)
@@ -189,23 +211,18 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
 	subscribeFirst := queue && notified && !subscribed
-	fair := "0"
-	if c.o.fair {
-		fair = "1"
-	}
-	ttl := o.TTL.Milliseconds()
-	bound := c.o.waiterTimeout.Milliseconds()
-	queued := "0"
+	var argOwner, argTTL, argWaiter any = owner, o.TTL.Milliseconds(), waiter
+	queued := argNo
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
 		sent := c.o.now()
-		w := waiter
+		w := argWaiter
 		if subscribeFirst {
 			w = ""
 		}
-		res, err := c.acquire(ctx, keys, owner, ttl, w, fair, bound, c.chanPrefix, queued)
+		res, err := c.acquire(ctx, keys, argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued)
 		if err != nil {
-			if waiter != "" && queued == "1" {
+			if waiter != "" && queued == argYes {
 				c.leave(ctx, keys, waiter)
 			}
 			if ctx.Err() != nil {
@@ -215,9 +232,9 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 		}
 		if res.held {
 			if res.fresh && res.acks < c.o.replicas {
-				return nil, c.undo(ctx, key, keys, owner, ttl, res.acks)
+				return nil, c.undo(ctx, key, keys, owner, o.TTL.Milliseconds(), res.acks)
 			}
-			return c.newLease(key, owner, id, res.token, o, sent), nil
+			return c.newLease(key, keys, owner, id, res.token, o, sent), nil
 		}
 		if !wait {
 			return nil, ErrNotObtained
@@ -230,7 +247,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 			continue // and queue at once
 		}
 		if waiter != "" {
-			queued = "1"
+			queued = argYes
 		}
 		d := res.wait
 		if o.Retry != nil {
@@ -249,12 +266,12 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 		case <-wake: // nil unless queued: then the release woke this waiter
 		case <-timer.C:
 		case <-c.quit:
-			if queued == "1" {
+			if queued == argYes {
 				c.leave(ctx, keys, waiter)
 			}
 			return nil, ErrClosed
 		case <-ctx.Done():
-			if queued == "1" {
+			if queued == argYes {
 				c.leave(ctx, keys, waiter)
 			}
 			return nil, errors.Join(ErrNotObtained, ctx.Err())

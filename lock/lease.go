@@ -14,11 +14,11 @@ type lease struct {
 	c        *Client
 	h        *hold
 	key      string
+	keys     []string // release.lua's KEYS: hash, queue, deadlines, this release's marker
 	owner    string
 	token    int64
-	ttl      int64  // ms
-	marker   string // this release's request marker key
-	released bool   // protected by c.mu
+	ttl      int64 // ms
+	released bool  // protected by c.mu
 }
 
 func (l *lease) Key() string           { return l.key }
@@ -41,10 +41,11 @@ func (l *lease) Err() error {
 // newLease records one more level of owner's hold on key, starting the
 // hold's watchdog on the first level. id is the obtaining call's id (the
 // release's request id), at is when the acquisition was sent.
-func (c *Client) newLease(key, owner, id string, token int64, o ObtainOptions, at time.Time) *lease {
+// keys are the lock's keys (lockKeys).
+func (c *Client) newLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time) *lease {
 	k := holdKey{key, owner}
 	l := &lease{c: c, key: key, owner: owner, token: token, ttl: o.TTL.Milliseconds(),
-		marker: c.o.prefix + "{" + key + "}:r:" + id}
+		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := c.holds[k]
@@ -69,15 +70,15 @@ func (c *Client) newLease(key, owner, id string, token int64, o ObtainOptions, a
 }
 
 func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time) *watchdog.Watchdog {
-	keys := []string{c.o.prefix + "{" + key + "}"}
 	ttl := o.TTL.Milliseconds()
-	m := c.o.metrics
-	wd, err := watchdog.Start(watchdog.Config{
+	cfg := watchdog.Config{
 		TTL:         o.TTL,
 		MaxHold:     o.MaxHold,
 		LastRenewed: at,
 		Now:         c.o.now,
 		Renew: func(ctx context.Context) error {
+			// Built here, not per hold: most holds end before their first renewal.
+			keys := []string{c.o.prefix + "{" + key + "}"}
 			n, err := renewScript.Run(ctx, c.rdb, keys, owner, ttl).Int64()
 			switch {
 			case err != nil:
@@ -87,9 +88,13 @@ func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time)
 			}
 			return nil
 		},
-		OnRenew: func(err error) { m.Renewed(key, err) },
-		OnLost:  func(cause error) { m.Lost(key, cause) },
-	})
+	}
+	if _, none := c.o.metrics.(noMetrics); !none {
+		m := c.o.metrics
+		cfg.OnRenew = func(err error) { m.Renewed(key, err) }
+		cfg.OnLost = func(cause error) { m.Lost(key, cause) }
+	}
+	wd, err := watchdog.Start(cfg)
 	if err != nil { // o was validated against MinTTL: this is a bug
 		panic(err)
 	}
@@ -110,9 +115,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if done {
 		return ErrNotHeld
 	}
-	h := c.o.prefix + "{" + l.key + "}"
-	left, err := releaseScript.Run(ctx, c.rdb, []string{h, h + ":q", h + ":qt", l.marker},
-		l.owner, l.ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix).Int64()
+	left, err := releaseScript.Run(ctx, c.rdb, l.keys, l.owner, l.ttl, c.argWindow, c.argChan).Int64()
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.key, err)
 	}
@@ -133,7 +136,9 @@ func (l *lease) Release(ctx context.Context) error {
 	c.mu.Unlock()
 	if ended != nil {
 		ended.wd.Stop()
-		c.o.metrics.Held(l.key, c.o.now().Sub(ended.since))
+		if _, none := c.o.metrics.(noMetrics); !none {
+			c.o.metrics.Held(l.key, c.o.now().Sub(ended.since))
+		}
 	}
 	if left < 0 {
 		return ErrNotHeld

@@ -1,6 +1,11 @@
 -- release: drop one hold level; at zero delete the lock and wake the first
 -- live waiter (only it: its client's channel, the waiter id as message).
--- Safe to retry: the answer is kept under a per-request marker key.
+-- Safe to retry: a release that leaves hold levels stores its answer under a
+-- per-request marker key, so that the same request sent again (its reply was
+-- lost) returns that answer instead of dropping a second level. The
+-- outermost release writes no marker: sent again, it finds the owner gone
+-- and answers -1, dropping nothing. So the common, non-reentrant path costs
+-- no extra key write (and no key to expire later).
 --
 -- KEYS[1] lock hash    <prefix>{key}
 -- KEYS[2] queue        <prefix>{key}:q
@@ -18,37 +23,33 @@ local owner, ttl, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local done = redis.call('get', marker)
 if done then return tonumber(done) end
 
-local left = -1
 local count = redis.call('hget', lock, owner)
-if count then
-  count = tonumber(count)
-  if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
-  left = count - 1
-  if left > 0 then
-    redis.call('hset', lock, owner, left)
-    redis.call('pexpire', lock, ttl)
-  else
-    left = 0
-    redis.call('hdel', lock, owner)
-    if redis.call('exists', lock) == 0 then
-      local now
-      while true do
-        local w = redis.call('lindex', queue, 0)
-        if not w then break end
-        if not now then
-          local t = redis.call('time')
-          now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        local d = redis.call('zscore', deadlines, w)
-        if d and tonumber(d) > now then
-          redis.call('publish', prefix .. string.match(w, '^(.*):'), w)
-          break
-        end
-        redis.call('lpop', queue)
-        redis.call('zrem', deadlines, w)
-      end
-    end
-  end
+if not count then return -1 end
+count = tonumber(count)
+if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
+if count > 1 then
+  redis.call('hset', lock, owner, count - 1)
+  redis.call('pexpire', lock, ttl)
+  redis.call('set', marker, count - 1, 'px', markerTTL)
+  return count - 1
 end
-redis.call('set', marker, left, 'px', markerTTL)
-return left
+
+-- The outermost release: the lock is free; wake the first live waiter.
+redis.call('del', lock)
+local now
+while true do
+  local w = redis.call('lindex', queue, 0)
+  if not w then break end
+  if not now then
+    local t = redis.call('time')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local d = redis.call('zscore', deadlines, w)
+  if d and tonumber(d) > now then
+    redis.call('publish', prefix .. string.match(w, '^(.*):'), w)
+    break
+  end
+  redis.call('lpop', queue)
+  redis.call('zrem', deadlines, w)
+end
+return 0
