@@ -24,8 +24,10 @@ type ObjectID [12]byte
 // It is safe for concurrent use and does not allocate.
 type ObjectIDGenerator struct {
 	process [5]byte
-	counter atomic.Uint32 // next counter value; only the low 24 bits are used
 	now     func() time.Time
+	_       [64]byte      // keeps counter off the line of the read-only fields
+	counter atomic.Uint32 // next counter value; only the low 24 bits are used
+	_       [60]byte
 }
 
 // NewObjectIDGenerator returns a generator whose process value and counter
