@@ -28,11 +28,13 @@ func init() {
 	register(Suite{Name: "idgen", Run: runIDGen})
 }
 
-// idGen is one generator under test: next issues n IDs (1, or a batch).
+// idGen is one generator under test: next issues n IDs (1, or a batch) and
+// returns some bits of them, which the caller folds into a local sum so that
+// nothing is optimised away and no generator pays for a shared sink.
 type idGen struct {
 	name    string
 	ceiling float64 // IDs/s the layout allows; 0: none
-	next    func() (int, error)
+	next    func() (bits int64, n int, err error)
 	per     float64 // IDs per call of next
 }
 
@@ -41,44 +43,43 @@ const batch = 256
 
 func idGens() ([]idGen, error) {
 	var gens []idGen
-	add := func(name string, ceiling float64, next func() (int, error)) {
+	add := func(name string, ceiling float64, next func() (int64, int, error)) {
 		gens = append(gens, idGen{name, ceiling, next, 1})
 	}
-	one := func(f func()) func() (int, error) { return func() (int, error) { f(); return 1, nil } }
+	one := func(f func() int64) func() (int64, int, error) {
+		return func() (int64, int, error) { return f(), 1, nil }
+	}
+	sf := func(f func() (int64, error)) func() (int64, int, error) {
+		return func() (int64, int, error) { id, err := f(); return id, 1, err }
+	}
 
-	var sink atomic.Int64 // keeps results alive without a data race
-	add("time.Now() (floor)", 0, one(func() { sink.Store(time.Now().UnixNano()) }))
+	add("time.Now() (floor)", 0, one(func() int64 { return time.Now().UnixNano() }))
 
 	ckTwitter, err := idgen.NewSnowflake(idgen.LayoutTwitter, 1)
 	if err != nil {
 		return nil, err
 	}
-	add("coordkit Snowflake, Twitter 41/5+5/12", idgen.LayoutTwitter.PerSecond(), func() (int, error) {
-		_, err := ckTwitter.Next()
-		return 1, err
-	})
+	add("coordkit Snowflake, Twitter 41/5+5/12", idgen.LayoutTwitter.PerSecond(), sf(ckTwitter.Next))
 	bw, err := bwsnowflake.NewNode(1)
 	if err != nil {
 		return nil, err
 	}
-	add("bwmarrin/snowflake 41/10/12", 4096000, one(func() { sink.Store(bw.Generate().Int64()) }))
+	add("bwmarrin/snowflake 41/10/12", 4096000, one(func() int64 { return bw.Generate().Int64() }))
 
 	ck22, err := idgen.NewSnowflake(idgen.Layout{TimeBits: 41, SequenceBits: 22}, 0)
 	if err != nil {
 		return nil, err
 	}
-	add("coordkit Snowflake, 41/0/22 (ceiling out of reach)", 0, func() (int, error) {
-		_, err := ck22.Next()
-		return 1, err
-	})
+	add("coordkit Snowflake, 41/0/22 (ceiling out of reach)", 0, sf(ck22.Next))
 	ck22n, _ := idgen.NewSnowflake(idgen.Layout{TimeBits: 41, SequenceBits: 22}, 0)
 	var bufs sync.Pool
 	bufs.New = func() any { return new([batch]int64) }
-	add(fmt.Sprintf("coordkit Snowflake 41/0/22, NextN(%d)", batch), 0, func() (int, error) {
+	add(fmt.Sprintf("coordkit Snowflake 41/0/22, NextN(%d)", batch), 0, func() (int64, int, error) {
 		b := bufs.Get().(*[batch]int64)
 		n, err := ck22n.NextN(b[:])
+		last := b[batch-1]
 		bufs.Put(b)
-		return n, err
+		return last, n, err
 	})
 	gens[len(gens)-1].per = batch
 
@@ -86,35 +87,28 @@ func idGens() ([]idGen, error) {
 	if err != nil {
 		return nil, err
 	}
-	add("coordkit Snowflake, Sonyflake 39/8/16 at 10 ms", idgen.LayoutSonyflake.PerSecond(), func() (int, error) {
-		_, err := ckSony.Next()
-		return 1, err
-	})
-	sf, err := sonyflake.New(sonyflake.Settings{MachineID: func() (int, error) { return 1, nil }})
+	add("coordkit Snowflake, Sonyflake 39/8/16 at 10 ms", idgen.LayoutSonyflake.PerSecond(), sf(ckSony.Next))
+	sony, err := sonyflake.New(sonyflake.Settings{MachineID: func() (int, error) { return 1, nil }})
 	if err != nil {
 		return nil, err
 	}
-	add("sony/sonyflake v2 (10 ms)", 25600, func() (int, error) {
-		_, err := sf.NextID()
-		return 1, err
-	})
+	add("sony/sonyflake v2 (10 ms)", 25600, sf(sony.NextID))
 
 	oids, err := idgen.NewObjectIDGenerator()
 	if err != nil {
 		return nil, err
 	}
-	var oidSink atomic.Uint32
-	add("coordkit ObjectID", 0, one(func() { oidSink.Store(oids.New().Counter()) }))
-	add("rs/xid", 0, one(func() { oidSink.Store(uint32(xid.New().Counter())) }))
-	add("google/uuid v4", 0, func() (int, error) {
-		_, err := uuid.NewRandom()
-		return 1, err
+	add("coordkit ObjectID", 0, one(func() int64 { return int64(oids.New().Counter()) }))
+	add("rs/xid", 0, one(func() int64 { return int64(xid.New().Counter()) }))
+	add("google/uuid v4", 0, func() (int64, int, error) {
+		u, err := uuid.NewRandom()
+		return int64(u[15]), 1, err
 	})
-	add("google/uuid v7", 0, func() (int, error) {
-		_, err := uuid.NewV7()
-		return 1, err
+	add("google/uuid v7", 0, func() (int64, int, error) {
+		u, err := uuid.NewV7()
+		return int64(u[15]), 1, err
 	})
-	add("oklog/ulid/v2 Make", 0, one(func() { oidSink.Store(uint32(ulid.Make().Time())) }))
+	add("oklog/ulid/v2 Make", 0, one(func() int64 { return int64(ulid.Make().Time()) }))
 	return gens, nil
 }
 
@@ -156,6 +150,7 @@ func round(g idGen, goroutines int, d time.Duration) (rate, cpuPerM float64, err
 	var (
 		stop  atomic.Bool
 		total atomic.Int64
+		sum   atomic.Int64
 		first atomic.Pointer[error]
 		wg    sync.WaitGroup
 	)
@@ -165,19 +160,21 @@ func round(g idGen, goroutines int, d time.Duration) (rate, cpuPerM float64, err
 	defer timer.Stop()
 	for range goroutines {
 		wg.Go(func() {
-			var n int64
+			var n, bits int64
 			for !stop.Load() {
 				for range 64 {
-					k, err := g.next()
+					b, k, err := g.next()
 					if err != nil {
 						first.CompareAndSwap(nil, &err)
 						stop.Store(true)
 						break
 					}
 					n += int64(k)
+					bits += b
 				}
 			}
 			total.Add(n)
+			sum.Add(bits)
 		})
 	}
 	wg.Wait()
@@ -203,22 +200,27 @@ func runIDGen(env *Env) error {
 	if err != nil {
 		return err
 	}
-	res := make([]figures, len(gens))
-	for i, g := range gens {
-		var r1, c1, r2, c2 []float64
-		for range env.Rounds {
+	// Rounds are interleaved (round 1 of every generator, then round 2, ...)
+	// so that load drift on a shared machine hits every generator alike.
+	r1, c1 := make([][]float64, len(gens)), make([][]float64, len(gens))
+	r2, c2 := make([][]float64, len(gens)), make([][]float64, len(gens))
+	for range env.Rounds {
+		for i, g := range gens {
 			rate, cpu, err := round(g, 1, env.Dur)
 			if err != nil {
 				return err
 			}
-			r1, c1 = append(r1, rate), append(c1, cpu)
+			r1[i], c1[i] = append(r1[i], rate), append(c1[i], cpu)
 			if rate, cpu, err = round(g, 2, env.Dur); err != nil {
 				return err
 			}
-			r2, c2 = append(r2, rate), append(c2, cpu)
+			r2[i], c2[i] = append(r2[i], rate), append(c2[i], cpu)
 		}
+	}
+	res := make([]figures, len(gens))
+	for i, g := range gens {
 		allocs := testing.AllocsPerRun(1000, func() { g.next() }) / g.per
-		res[i] = figures{Median(r1), Median(c1), Median(r2), Median(c2), allocs}
+		res[i] = figures{Median(r1[i]), Median(c1[i]), Median(r2[i]), Median(c2[i]), allocs}
 	}
 	byName := func(prefix string) figures {
 		for i, g := range gens {

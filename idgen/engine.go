@@ -46,12 +46,13 @@ type engine struct {
 // stretch there. A waiter does not need to wake exactly at the tick: issuing a
 // tick's 4096 IDs takes about 0.2 ms of a 1 ms tick, so waking 0.1 ms late
 // costs no throughput, only that much latency for the caller that waited;
-// the spin covers a thread woken late on a busy machine (measured: 100 µs
-// kept 1 and 2 goroutines nearer the ceiling than 20 µs, at about 10 % of a
-// core more only when the nap wakes early).
+// the spin covers a nap that ends late on a busy machine. On the 2-core VM
+// of bench/README.md, a 100 µs margin did no worse than 20 µs at the ceiling,
+// for no measurable CPU (nanosleep usually overshoots by 60-90 µs anyway).
 const (
 	spinMargin = 100 * time.Microsecond
 	maxNap     = 10 * time.Millisecond // re-check the lease and the clock at least this often
+	coarseTick = 5 * time.Millisecond  // ticks this long wait with time.Sleep alone
 )
 
 func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o options) (*engine, error) {
@@ -233,7 +234,14 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 		if e.isLost() {
 			return 0, 0, ErrLeaseLost
 		}
-		sleepFor(time.Duration(min(wait-e.borrow, int64(maxNap))))
+		d := time.Duration(min(wait-e.borrow, int64(maxNap)))
+		if e.tickNs >= int64(coarseTick) {
+			// Go's timer wakes up to ~1 ms late; a long tick has room for
+			// that, and time.Sleep parks the goroutine, not a thread.
+			time.Sleep(d)
+		} else {
+			sleepFor(d)
+		}
 		if ns, err = e.read(); err != nil {
 			return 0, 0, err
 		}
