@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,8 +32,9 @@ type Client struct {
 	chanPrefix string // prefix of every client's wake-up channel
 	quit       chan struct{}
 
+	seq atomic.Uint64 // numbers the calls: "<id>:<n>"
+
 	mu      sync.Mutex // protects the fields below and every lease's released
-	seq     uint64
 	holds   map[holdKey]*hold
 	waiters map[string]chan struct{}
 	sub     *subscription // nil until the first wait that needs notification
@@ -195,7 +197,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 	// One id per call: the waiter's id in the queue, the release's request
 	// id, and the owner when ctx carries none ("<client id>:<n>" is unique,
 	// and unguessable through the random client id).
-	id, wake, subscribed, err := c.begin(queue)
+	id, subscribed, err := c.begin()
 	if err != nil {
 		return nil, err
 	}
@@ -204,9 +206,9 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 		owner = id
 	}
 	var waiter string
+	var wake chan struct{} // nil until registered: most calls never wait
 	if queue {
 		waiter = id
-		defer c.removeWaiter(waiter)
 	}
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
@@ -219,6 +221,11 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 		w := argWaiter
 		if subscribeFirst {
 			w = ""
+		} else if waiter != "" && wake == nil {
+			if wake, err = c.register(waiter); err != nil {
+				return nil, err
+			}
+			defer c.removeWaiter(waiter)
 		}
 		res, err := c.acquire(ctx, keys, argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued)
 		if err != nil {
@@ -377,28 +384,35 @@ func (c *Client) leave(ctx context.Context, keys []string, waiter string) {
 }
 
 func (c *Client) nextID() string {
-	c.mu.Lock()
-	c.seq++
-	n := c.seq
-	c.mu.Unlock()
-	return c.id + ":" + strconv.FormatUint(n, 10)
+	return c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
 }
 
-// begin numbers a call, registers its wake-up channel if it may queue, and
-// reports whether the client's wake-up subscription is up.
-func (c *Client) begin(queue bool) (id string, wake chan struct{}, subscribed bool, err error) {
+// begin numbers a call and reports whether the client's wake-up
+// subscription is up.
+func (c *Client) begin() (id string, subscribed bool, err error) {
+	select {
+	case <-c.quit:
+		return "", false, ErrClosed
+	default:
+	}
+	id = c.nextID()
+	c.mu.Lock()
+	subscribed = c.sub != nil && c.sub.ps != nil
+	c.mu.Unlock()
+	return id, subscribed, nil
+}
+
+// register makes id's wake-up channel; it must run before the first attempt
+// that queues id, so that no wake-up can arrive unregistered.
+func (c *Client) register(id string) (chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return "", nil, false, ErrClosed
+		return nil, ErrClosed
 	}
-	c.seq++
-	id = c.id + ":" + strconv.FormatUint(c.seq, 10)
-	if queue {
-		wake = make(chan struct{}, 1)
-		c.waiters[id] = wake
-	}
-	return id, wake, c.sub != nil && c.sub.ps != nil, nil
+	wake := make(chan struct{}, 1)
+	c.waiters[id] = wake
+	return wake, nil
 }
 
 func (c *Client) removeWaiter(id string) {
