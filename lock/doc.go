@@ -75,10 +75,13 @@
 // clock does not go back and fewer than one acquisition per microsecond was
 // ever made.
 //
-// Retry-safe release: each lease's release carries a request id; the script
-// stores its answer under P{key}:r:<req> for the release window, and a
-// repeated release (the reply was lost; go-redis or the caller retries)
-// returns that answer instead of dropping a second level.
+// Retry-safe release: each lease's release carries a request id. A release
+// that leaves levels held stores its answer under P{key}:r:<req> for the
+// release window, so a repeated release (the reply was lost; go-redis or the
+// caller retries) returns that answer instead of dropping a second level.
+// The outermost release writes no marker (it deletes the hash, the common
+// case stays at one key written); repeating it finds the lock gone and
+// returns ErrNotHeld, which drops nothing.
 //
 // The watchdog (package watchdog) renews a hold every TTL/3 with renew.lua.
 // One watchdog serves all levels one owner holds on a key through one
