@@ -60,12 +60,8 @@ type rlLib struct {
 }
 
 var rlLibs = []rlLib{
-	{"coordkit redlock (default: 5 ms node timeout)", func(rdbs []goredislib.UniversalClient) (rlLocker, error) {
+	{"coordkit redlock (default: 20 ms node timeout)", func(rdbs []goredislib.UniversalClient) (rlLocker, error) {
 		c, err := redlock.New(rdbs)
-		return rlCoordkit{c}, err
-	}},
-	{"coordkit redlock (20 ms node timeout)", func(rdbs []goredislib.UniversalClient) (rlLocker, error) {
-		c, err := redlock.New(rdbs, redlock.WithNodeTimeout(20*time.Millisecond))
 		return rlCoordkit{c}, err
 	}},
 	{"redsync (default: 32 tries, 50–250 ms)", func(rdbs []goredislib.UniversalClient) (rlLocker, error) {

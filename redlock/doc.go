@@ -12,7 +12,7 @@
 // as in package lock (the owner comes from the ctx, lock.WithOwner).
 //
 // Acquire: the client notes the time, runs acquire.lua on all N masters in
-// parallel, each bounded by the node timeout (WithNodeTimeout, 5 ms by
+// parallel, each bounded by the node timeout (WithNodeTimeout, 20 ms by
 // default), and waits for every answer or timeout. It holds the lock when
 // a quorum (N/2+1) of masters granted it and the validity TTL − elapsed −
 // drift is positive, with drift = TTL·0.01 + 2 ms (Drift). Otherwise it
