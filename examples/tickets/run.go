@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
 	"github.com/coordkit/coordkit/zklock"
 )
 
@@ -53,7 +54,7 @@ type purchase struct {
 	sold    func()
 }
 
-var allStrategies = []string{"none", "lock", "zklock", "optimistic", "lua"}
+var allStrategies = []string{"none", "lock", "redlock", "zklock", "optimistic", "lua"}
 
 var strategies = map[string]strategy{}
 
@@ -61,13 +62,58 @@ func addStrategy(s strategy) { strategies[s.name] = s }
 
 const stockKey = "tickets:{demo}:stock"
 
+// redlockMasters is the number of Redlock masters started when -masters is not given.
+const redlockMasters = 3
+
 // servers holds what the run uses, started on demand.
 type servers struct {
-	cfg     config
-	closers []func()
-	rdb     redis.UniversalClient // the stock's Redis
-	redisAt string
-	zkAt    []string
+	cfg       config
+	closers   []func()
+	rdb       redis.UniversalClient // the stock's Redis
+	redisAt   string
+	mastersAt []string // the Redlock masters, apart from the stock's Redis
+	zkAt      []string
+}
+
+// masterAddrs returns the Redlock masters' addresses, starting
+// redlockMasters of them on first use.
+func (s *servers) masterAddrs() ([]string, error) {
+	if s.cfg.masters != "" {
+		var addrs []string
+		for _, a := range strings.Split(s.cfg.masters, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		return addrs, nil
+	}
+	if s.mastersAt == nil {
+		ms, err := testserver.NewRedisMasters(redlockMasters)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			s.closers = append(s.closers, m.Close)
+			s.mastersAt = append(s.mastersAt, m.Addr())
+		}
+	}
+	return s.mastersAt, nil
+}
+
+// newMasters returns new clients of the Redlock masters (one set per
+// simulated process). They enforce ctx deadlines, as redlock.New requires.
+func (s *servers) newMasters() ([]redis.UniversalClient, error) {
+	addrs, err := s.masterAddrs()
+	if err != nil {
+		return nil, err
+	}
+	cs := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+		s.closers = append(s.closers, func() { c.Close() })
+		cs[i] = c
+	}
+	return cs, nil
 }
 
 // zkServers returns the ZooKeeper servers, starting one on first use.
@@ -248,6 +294,31 @@ func init() {
 				l.Close()
 			}
 		}, nil
+	}})
+
+	addStrategy(strategy{name: "redlock", setup: func(ctx context.Context, e *servers, n int) ([]buyFunc, func(), error) {
+		buys := make([]buyFunc, n)
+		var lockers []*redlock.Client
+		cleanup := func() {
+			for _, l := range lockers {
+				l.Close()
+			}
+		}
+		for i := range buys {
+			masters, err := e.newMasters()
+			if err != nil {
+				cleanup()
+				return nil, nil, err
+			}
+			l, err := redlock.New(masters)
+			if err != nil {
+				cleanup()
+				return nil, nil, err
+			}
+			lockers = append(lockers, l)
+			buys[i] = lockerBuy(l)
+		}
+		return buys, cleanup, nil
 	}})
 
 	addStrategy(strategy{name: "zklock", setup: func(ctx context.Context, e *servers, n int) ([]buyFunc, func(), error) {

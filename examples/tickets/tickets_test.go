@@ -39,8 +39,10 @@ func TestEveryLockedStrategySellsExactlyTheStock(t *testing.T) {
 			t.Errorf("%s: sold %d, left %d, oversold %d; want %d, 0, 0", r.strategy, r.sold, r.left, r.oversold, c.stock)
 		}
 	}
-	if !strings.Contains(out.String(), "| lock ") {
-		t.Errorf("table lacks the lock row:\n%s", out.String())
+	for _, row := range []string{"lock", "redlock", "zklock"} {
+		if !strings.Contains(out.String(), "| "+row+" ") {
+			t.Errorf("table lacks the %s row:\n%s", row, out.String())
+		}
 	}
 }
 
