@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: deps test vet demo
+.PHONY: deps test vet demo bench
 
 deps:
 	./scripts/deps.sh
@@ -21,3 +21,8 @@ demo: deps
 	$(GO) run ./examples/tickets
 	@echo
 	$(GO) run ./examples/withdrawal
+
+# coordkit against its peer libraries, every suite, medians of 3 rounds of
+# 2 s; bench/ has its own go.mod. Takes a while: not part of test or demo.
+bench: deps
+	cd bench && $(GO) run . -rounds 3 -dur 2s
