@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -26,6 +27,7 @@ const leaveTimeout = 2 * time.Second
 // It is safe for concurrent use. The zero value is not usable: call New.
 type Client struct {
 	rdb        redis.UniversalClient
+	pipe       *pipe.Pipeliner // acquire and release, pipelined under load
 	o          clientOptions
 	err        error  // invalid construction, returned by every call
 	id         string // this client's id: its waiters are "<id>:<n>"
@@ -80,6 +82,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	}
 	c := &Client{
 		rdb:     rdb,
+		pipe:    pipe.New(rdb, 0),
 		o:       o,
 		id:      strings.ReplaceAll(uuid.NewString(), "-", ""),
 		quit:    make(chan struct{}),
@@ -302,7 +305,7 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 		err  error
 	)
 	if c.o.replicas == 0 {
-		res, err = acquireScript.Run(ctx, c.rdb, keys, args...).Slice()
+		res, err = acquireScript.Run(ctx, c.pipe, keys, args...).Slice()
 	} else {
 		res, acks, err = c.acquireAndWait(ctx, keys, args)
 	}
@@ -536,5 +539,6 @@ func (c *Client) Close() error {
 	for _, h := range holds {
 		h.wd.Lose(ErrClosed)
 	}
+	c.pipe.Close()
 	return nil
 }

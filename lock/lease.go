@@ -115,7 +115,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if done {
 		return ErrNotHeld
 	}
-	left, err := releaseScript.Run(ctx, c.rdb, l.keys, l.owner, l.ttl, c.argWindow, c.argChan).Int64()
+	left, err := releaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan).Int64()
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.key, err)
 	}

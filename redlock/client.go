@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -31,6 +32,7 @@ const subscribeWait = 250 * time.Millisecond
 // usable: call New.
 type Client struct {
 	masters []redis.UniversalClient
+	pipes   []*pipe.Pipeliner // per master: acquisitions and releases, pipelined under load
 	addrs   []string
 	quorum  int
 	node    lock.Node
@@ -119,8 +121,13 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		addrs[i] = addr
 	}
 	subCtx, stop := context.WithCancel(context.Background())
+	pipes := make([]*pipe.Pipeliner, n)
+	for i, m := range masters {
+		pipes[i] = pipe.New(m, 0)
+	}
 	return &Client{
 		masters: slices.Clone(masters),
+		pipes:   pipes,
 		addrs:   addrs,
 		quorum:  n/2 + 1,
 		node:    node,
@@ -199,6 +206,9 @@ func (c *Client) Close() error {
 		h.wd.Lose(lock.ErrClosed)
 	}
 	c.bg.Wait()
+	for _, p := range c.pipes {
+		p.Close()
+	}
 	return nil
 }
 

@@ -224,8 +224,8 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 			}
 		}
 		return got >= c.quorum
-	}, late, func(ctx context.Context, _ int, rdb redis.UniversalClient) (lock.NodeResult, error) {
-		return c.node.Acquire(ctx, rdb, key, req)
+	}, late, func(ctx context.Context, i int, _ redis.UniversalClient) (lock.NodeResult, error) {
+		return c.node.Acquire(ctx, c.pipes[i], key, req)
 	})
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs))}
 	var errs []error
@@ -329,8 +329,8 @@ func (c *Client) releaseOn(ctx context.Context, key, owner string, ttl time.Dura
 	timeout func(i int) time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
 	req := c.node.WaiterID(c.id, c.nextSeq())
 	return fanOut(c, ctx, timeout, on, enough, nil,
-		func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
-			return c.node.Release(ctx, rdb, key, lock.NodeRelease{
+		func(ctx context.Context, i int, _ redis.UniversalClient) (int64, error) {
+			return c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
 				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow,
 			})
 		})
