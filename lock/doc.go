@@ -28,6 +28,10 @@
 //
 // Acquire, release and renew are one Lua script and one round trip each
 // (EVALSHA; EVAL once after NOSCRIPT); the scripts are in lua/, one file each.
+// A Client pipelines its acquisitions and releases under load: while four
+// are in flight, further ones queue and leave together in one pipeline (one
+// write and one read for the batch). An idle client sends each call at
+// once, as a plain EVALSHA.
 //
 // Acquire (acquire.lua): if the hash holds the caller's owner, increment its
 // count and re-arm the TTL (re-entry: the token is the counter's current

@@ -59,6 +59,11 @@
 // levels (re-entry through the same Client) are counted locally and cost
 // no round trip.
 //
+// Under load a Client pipelines acquisitions and releases per master: while
+// four are in flight to a master, further ones queue and leave together in
+// one pipeline. The node timeout still bounds each caller's wait; a call
+// whose wait ended before its batch left is not sent.
+//
 // # Fencing tokens
 //
 // Each master has its own counter (P{key}:fence), and they differ: failed
