@@ -80,17 +80,26 @@ func children(t *testing.T, conn *testserver.ZKConn, key string) []string {
 	return names
 }
 
-// waitChildren waits until key has n lock nodes.
+// waitChildren waits until key has n lock nodes. A connection that is
+// still coming back (after a cut or partition) is waited for too.
 func waitChildren(t *testing.T, conn *testserver.ZKConn, key string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got := children(t, conn, key)
-		if len(got) == n {
+		got, _, err := conn.Children(parentOf(t, key))
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			err = nil
+		case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrConnectionClosed):
+			got = nil // not connected yet: ask again
+		case err != nil:
+			t.Fatalf("children of %s: %v", parentOf(t, key), err)
+		}
+		if err == nil && len(got) == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("key %q: %d lock nodes %v, want %d", key, len(got), got, n)
+			t.Fatalf("key %q: %d lock nodes %v (last error %v), want %d", key, len(got), got, err, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
