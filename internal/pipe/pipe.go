@@ -40,6 +40,7 @@ type Pipeliner struct {
 	mu       sync.Mutex // protects the fields below
 	inFlight int
 	queue    []*call
+	closed   bool // no more goroutines: queued batches go out from their callers
 }
 
 type call struct {
@@ -96,20 +97,31 @@ func (p *Pipeliner) next() {
 		p.mu.Unlock()
 		return
 	}
-	p.wg.Add(1) // under mu, before the slot can be freed: Close's Wait sees it
+	if p.closed { // send from here: Close has stopped waiting for goroutines
+		p.mu.Unlock()
+		p.drain(batch)
+		return
+	}
+	p.wg.Add(1) // under mu and before Close sets closed: Close's Wait sees it
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
-		for batch != nil {
-			p.send(batch)
-			p.mu.Lock()
-			batch = p.take()
-			if batch == nil {
-				p.inFlight--
-			}
-			p.mu.Unlock()
-		}
+		p.drain(batch)
 	}()
+}
+
+// drain sends batch, then what queued meanwhile, until the queue is empty,
+// and frees the slot.
+func (p *Pipeliner) drain(batch []*call) {
+	for batch != nil {
+		p.send(batch)
+		p.mu.Lock()
+		batch = p.take()
+		if batch == nil {
+			p.inFlight--
+		}
+		p.mu.Unlock()
+	}
 }
 
 // take removes up to maxBatch calls from the queue; mu must be held.
@@ -202,5 +214,11 @@ func (p *Pipeliner) ScriptLoad(ctx context.Context, script string) *redis.String
 }
 
 // Close waits for the batches in flight to be answered. Calls made after
-// Close still run.
-func (p *Pipeliner) Close() { p.wg.Wait() }
+// Close still run; their batches go out from their callers' goroutines, so
+// no goroutine outlives Close.
+func (p *Pipeliner) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+}

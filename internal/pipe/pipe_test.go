@@ -204,3 +204,32 @@ func TestServerKilled(t *testing.T) {
 		t.Fatalf("after restart: %v", err)
 	}
 }
+
+// TestCallsAfterClose: calls made after Close still run, queued ones
+// included, and start no goroutine (TestMain's goleak check).
+func TestCallsAfterClose(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	p := pipe.New(rdb, 1)
+	p.Close()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- incrEcho.Run(ctx, p, []string{"pipe:after"}, strconv.Itoa(i)).Err()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := rdb.Get(ctx, "pipe:after").Int(); n != 32 {
+		t.Fatalf("counter = %d, want 32", n)
+	}
+}
