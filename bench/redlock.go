@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -225,75 +223,16 @@ func rlHot(env *Env, ms []*testserver.Redis, lib rlLib) (rlHotResult, error) {
 	}
 	unlock(ctx)
 
-	var (
-		inside, overlaps, failed atomic.Int64
-		shared                   int64 // the protected state: a plain read-modify-write
-		wg                       sync.WaitGroup
-	)
-	counts := make([]int, g)
-	waits := make([][]time.Duration, g)
-	errs := make(chan error, g)
-	stop := time.Now().Add(env.Dur)
-	begin := time.Now()
-	for i := range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(stop) {
-				t0 := time.Now()
-				unlock, err := l.lock(ctx, key)
-				if err != nil {
-					if errors.Is(err, redsync.ErrFailed) || errors.As(err, new(*redsync.ErrTaken)) ||
-						errors.Is(err, lock.ErrNotObtained) && ctx.Err() == nil {
-						failed.Add(1)
-						continue
-					}
-					errs <- err
-					return
-				}
-				waits[i] = append(waits[i], time.Since(t0))
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				v := shared
-				runtime.Gosched()
-				shared = v + 1
-				inside.Add(-1)
-				counts[i]++
-				if err := unlock(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(begin)
-	close(errs)
-	if err := <-errs; err != nil {
+	r, err := runHot(ctx, env.Dur, g, key, func(int) hotLock { return l.lock }, func(err error) bool {
+		return errors.Is(err, redsync.ErrFailed) || errors.As(err, new(*redsync.ErrTaken)) ||
+			errors.Is(err, lock.ErrNotObtained) && ctx.Err() == nil
+	})
+	if err != nil {
 		return rlHotResult{}, err
 	}
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	if overlaps.Load() != 0 || shared != int64(total) {
-		return rlHotResult{}, fmt.Errorf("mutual exclusion broken: %d overlaps, %d of %d increments", overlaps.Load(), shared, total)
-	}
-	var all []time.Duration
-	for _, w := range waits {
-		all = append(all, w...)
-	}
-	slices.Sort(all)
-	pct := func(p float64) float64 {
-		if len(all) == 0 {
-			return 0
-		}
-		return float64(all[min(len(all)-1, int(p*float64(len(all))))]) / 1e6
-	}
 	return rlHotResult{
-		perSec: float64(total) / elapsed.Seconds(),
-		p50:    pct(0.50), p99: pct(0.99), max: pct(1),
-		failed: float64(failed.Load()),
+		perSec: r.perSec(),
+		p50:    r.waitMS(0.50), p99: r.waitMS(0.99), max: r.waitMS(1),
+		failed: float64(r.failed),
 	}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,13 +147,4 @@ func load(c *http.Client, url string, conns int, d time.Duration) (int64, time.D
 		return 0, 0, firstErr
 	}
 	return n.Load(), percentile(lat, 0.99), nil
-}
-
-func percentile(xs []time.Duration, p float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[min(int(float64(len(s))*p), len(s)-1)]
 }

@@ -143,15 +143,6 @@ func zkRun(servers []string, impl zkImpl, d time.Duration, key func(g int) strin
 	return zkRound{ops: float64(total) / el.Seconds(), waits: waits, per: per}, first
 }
 
-func p99(ws []time.Duration) time.Duration {
-	if len(ws) == 0 {
-		return 0
-	}
-	s := slices.Clone(ws)
-	slices.Sort(s)
-	return s[(len(s)*99)/100]
-}
-
 func runZKLock(env *Env) error {
 	z, err := env.ZooKeeper()
 	if err != nil {
@@ -179,7 +170,7 @@ func runZKLock(env *Env) error {
 				return fmt.Errorf("%s hot key: %w", impls[i].name, err)
 			}
 			res[i].sections = append(res[i].sections, b.ops)
-			res[i].p99ms = append(res[i].p99ms, float64(p99(b.waits).Microseconds())/1000)
+			res[i].p99ms = append(res[i].p99ms, float64(percentile(b.waits, 0.99).Microseconds())/1000)
 			lo, hi := slices.Min(b.per), slices.Max(b.per)
 			res[i].spread = append(res[i].spread, float64(lo)/float64(max(hi, 1)))
 		}
