@@ -7,9 +7,12 @@
 // A call that finds fewer than the limit in flight runs at once on its own,
 // as a plain Script.Run would; an idle client pays one mutex for the
 // bookkeeping. A call that queues waits for its batch or for its ctx. A
-// call whose ctx ended before its batch left is not sent. A call whose ctx
-// ends after it left returns ctx.Err() at once and leaves the command to
-// run, as a go-redis call cancelled mid-flight would.
+// call whose ctx ends while it is still queued is taken out and returns
+// ctx.Err(): it was never sent. A call whose batch has left waits for its
+// answer, so a script that ran is never reported as not run (a lock taken
+// and then forgotten until its TTL). The batch is bounded by the latest
+// deadline of its calls, which go-redis enforces with ContextTimeoutEnabled,
+// else by the client's read timeout.
 //
 // Only EVALSHA is batched; EVAL (Script.Run's fallback after NOSCRIPT) and
 // the other Scripter methods go straight to the client.
@@ -17,6 +20,7 @@ package pipe
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,10 +85,18 @@ func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, arg
 	case <-c.done:
 		return c.cmd
 	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if i := slices.Index(p.queue, c); i >= 0 { // not sent: take it out
+		p.queue = slices.Delete(p.queue, i, i+1)
+		p.mu.Unlock()
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(ctx.Err())
 		return cmd
 	}
+	p.mu.Unlock()
+	<-c.done // its batch has left: wait for the answer
+	return c.cmd
 }
 
 // next hands the caller's slot to the queue: a goroutine sends what queued

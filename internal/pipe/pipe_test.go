@@ -233,3 +233,45 @@ func TestCallsAfterClose(t *testing.T) {
 		t.Fatalf("counter = %d, want 32", n)
 	}
 }
+
+// busy runs for ARGV[1] ms of Redis server time, then sets KEYS[1].
+var busy = redis.NewScript(`
+local t = redis.call('TIME')
+local stop = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
+repeat
+  t = redis.call('TIME')
+until t[1] * 1000 + math.floor(t[2] / 1000) >= stop
+return redis.call('SET', KEYS[1], 'done')`)
+
+// TestSentCallWaitsForItsAnswer: a call whose ctx ends after its batch left
+// gets the script's real answer, not ctx.Err(): the script ran, and the
+// caller must know it.
+func TestSentCallWaitsForItsAnswer(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	p := pipe.New(rdb, 1)
+	defer p.Close()
+	ctx := context.Background()
+	if err := busy.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- busy.Run(ctx, p, []string{"pipe:busy1"}, 300).Err() }()
+	time.Sleep(50 * time.Millisecond) // the first call holds the only slot
+	// Queued behind the first, sent at about 300 ms, answered at about
+	// 600 ms: its ctx ends while it runs.
+	c, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
+	defer cancel()
+	if err := busy.Run(c, p, []string{"pipe:busy2"}, 300).Err(); err != nil {
+		t.Fatalf("sent call: %v, want its answer", err)
+	}
+	if c.Err() == nil {
+		t.Fatal("the call's ctx had not ended: the test proves nothing")
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Exists(ctx, "pipe:busy1", "pipe:busy2").Result(); err != nil || n != 2 {
+		t.Fatalf("%d of the two keys exist (%v)", n, err)
+	}
+}
