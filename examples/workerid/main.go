@@ -95,7 +95,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 
 	lease, err := l.Lease(ctx, c.service)
 	if err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	fmt.Fprintf(out, "leased worker %d of %s\n", lease.ID(), c.service)
 	defer func() {
@@ -107,7 +107,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}()
 	sf, err := lease.NewSnowflake(ctx, layout)
 	if err != nil {
-		return err
+		return stopped(ctx, err) // the deferred Release gives the ID back
 	}
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
@@ -138,4 +138,13 @@ func presetByName(name string) (idgen.Layout, error) {
 		names = append(names, l.Name)
 	}
 	return idgen.Layout{}, fmt.Errorf("unknown layout %q (one of %s)", name, strings.Join(names, ", "))
+}
+
+// stopped turns the error of a start-up step into nil when ctx has ended
+// (SIGTERM or SIGINT during start-up): a requested stop, not a failure.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
