@@ -226,6 +226,7 @@ func TestZKExhaustedAndBadInput(t *testing.T) {
 	if _, err := c.Set(root+"/tiny/hw/0", []byte("garbage"), -1); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Delete(root+"/tiny/hw/0", -1) }) // -count=N runs start clean
 	if _, err := hw.Load(ctx); err == nil || !strings.Contains(err.Error(), "not a number") {
 		t.Errorf("corrupted mark: %v", err)
 	}
