@@ -34,7 +34,8 @@ type Client struct {
 	chanPrefix string // prefix of every client's wake-up channel
 	quit       chan struct{}
 
-	seq atomic.Uint64 // numbers the calls: "<id>:<n>"
+	seq   atomic.Uint64 // numbers the calls: "<id>:<n>"
+	gates gates         // local lines per key (non-fair mode)
 
 	mu      sync.Mutex // protects the fields below and every lease's released
 	holds   map[holdKey]*hold
@@ -59,6 +60,7 @@ type hold struct {
 	levels int
 	wd     *watchdog.Watchdog
 	since  time.Time
+	gate   *gateHold // the local line's front, given up when the hold ends or is lost; or nil
 }
 
 // subscription is the client's one Pub/Sub connection, subscribed to its
@@ -193,7 +195,26 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	return l, nil
 }
 
+// obtainLoop runs the attempts, in key's local line when useGate says so.
 func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
+	if !c.useGate(ctx, key, wait) {
+		return c.attempts(ctx, key, wait, o, nil)
+	}
+	g, err := c.gates.enter(ctx, key, c.quit)
+	if err != nil {
+		return nil, err
+	}
+	gh := &gateHold{gs: &c.gates, key: key, g: g}
+	l, err := c.attempts(ctx, key, wait, o, gh)
+	if err != nil {
+		gh.leave()
+	}
+	return l, err
+}
+
+// attempts obtains key; gh, if not nil, is the local line's front that the
+// new hold keeps.
+func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOptions, gh *gateHold) (*lease, error) {
 	keys := c.keys(key)
 	notified := o.Retry == nil
 	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
@@ -244,7 +265,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 			if res.fresh && res.acks < c.o.replicas {
 				return nil, c.undo(ctx, key, keys, owner, o.TTL.Milliseconds(), res.acks)
 			}
-			return c.newLease(key, keys, owner, id, res.token, o, sent), nil
+			return c.newLease(key, keys, owner, id, res.token, o, sent, gh), nil
 		}
 		if !wait {
 			return nil, ErrNotObtained

@@ -65,6 +65,15 @@
 // whoever asks first, which favours the releaser (throughput) while the
 // queue still wakes one waiter per release, first come first woken.
 //
+// Local line (without fair mode): the goroutines of one Client that Obtain
+// the same key line up in process, first come first served, and only the
+// one at the front talks to Redis; it keeps its place until its hold ends
+// or is lost. A key contended within one process then costs one
+// acquisition and one release per critical section, with no failed
+// attempt, no Redis queue entry and no Pub/Sub message between them. Other
+// clients still compete through Redis, which alone decides who holds the
+// lock. TryObtain and re-entry by a holding owner do not line up.
+//
 // Vanished waiters: each queued waiter has a deadline in Redis server time
 // (redis.call('TIME') inside the scripts, allowed by effects replication
 // since Redis 5 and the only mode since Redis 7), refreshed by every attempt

@@ -41,8 +41,9 @@ func (l *lease) Err() error {
 // newLease records one more level of owner's hold on key, starting the
 // hold's watchdog on the first level. id is the obtaining call's id (the
 // release's request id), at is when the acquisition was sent.
-// keys are the lock's keys (lockKeys).
-func (c *Client) newLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time) *lease {
+// keys are the lock's keys (lockKeys). gh, if not nil, is the local line's
+// front the obtaining call holds: a new hold keeps it, re-entry gives it up.
+func (c *Client) newLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time, gh *gateHold) *lease {
 	k := holdKey{key, owner}
 	l := &lease{c: c, key: key, owner: owner, token: token, ttl: o.TTL.Milliseconds(),
 		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id}}
@@ -57,9 +58,11 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 		}
 	}
 	if h == nil {
-		h = &hold{k: k, since: at}
-		h.wd = c.startWatchdog(key, owner, o, at)
+		h = &hold{k: k, since: at, gate: gh}
+		h.wd = c.startWatchdog(key, owner, o, at, gh)
 		c.holds[k] = h
+	} else {
+		gh.leave() // re-entry (the owner's hold began meanwhile): the hold has its place
 	}
 	if c.closed { // Close has stopped every watchdog it saw
 		h.wd.Lose(ErrClosed)
@@ -69,7 +72,7 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 	return l
 }
 
-func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time) *watchdog.Watchdog {
+func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time, gh *gateHold) *watchdog.Watchdog {
 	ttl := o.TTL.Milliseconds()
 	cfg := watchdog.Config{
 		TTL:         o.TTL,
@@ -92,7 +95,9 @@ func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time)
 	if _, none := c.o.metrics.(noMetrics); !none {
 		m := c.o.metrics
 		cfg.OnRenew = func(err error) { m.Renewed(key, err) }
-		cfg.OnLost = func(cause error) { m.Lost(key, cause) }
+		cfg.OnLost = func(cause error) { gh.leave(); m.Lost(key, cause) }
+	} else if gh != nil {
+		cfg.OnLost = func(error) { gh.leave() } // a lost hold lets the next in line try
 	}
 	wd, err := watchdog.Start(cfg)
 	if err != nil { // o was validated against MinTTL: this is a bug
@@ -136,6 +141,7 @@ func (l *lease) Release(ctx context.Context) error {
 	c.mu.Unlock()
 	if ended != nil {
 		ended.wd.Stop()
+		ended.gate.leave() // after the release: the next in line finds the lock free
 		if _, none := c.o.metrics.(noMetrics); !none {
 			c.o.metrics.Held(l.key, c.o.now().Sub(ended.since))
 		}

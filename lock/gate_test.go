@@ -1,0 +1,184 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+)
+
+// evalCounter counts the EVALSHA and EVAL commands a client sends, alone or
+// in pipelines.
+type evalCounter struct{ n atomic.Int64 }
+
+func (e *evalCounter) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if n := strings.ToLower(c.Name()); n == "evalsha" || n == "eval" {
+			e.n.Add(1)
+		}
+	}
+}
+func (e *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (e *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { e.count(cmd); return next(ctx, cmd) }
+}
+func (e *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { e.count(cmds...); return next(ctx, cmds) }
+}
+
+// TestLocalLineHotKey: goroutines of one client on one key line up in
+// process: the read-modify-write in Redis loses no update, and each section
+// costs exactly one acquisition and one release (no failed attempt, no
+// queueing in Redis).
+func TestLocalLineHotKey(t *testing.T) {
+	const goroutines, rounds = 8, 40
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	rdb := shared.NewClient()
+	t.Cleanup(func() { rdb.Close() })
+	c := lock.New(rdb)
+	t.Cleanup(func() { c.Close() })
+	// Warm up before counting: the scripts may not be in Redis's cache yet
+	// (EVALSHA, NOSCRIPT, then EVAL).
+	if err := mustObtain(t, ctx, c, key).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var evals evalCounter
+	rdb.AddHook(&evals)
+	counter := key + ":n"
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				err := lock.Do(ctx, c, key, func(ctx context.Context) error {
+					v, err := rdb.Get(ctx, counter).Int()
+					if err != nil && !errors.Is(err, redis.Nil) {
+						return err
+					}
+					return rdb.Set(ctx, counter, v+1, 0).Err()
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n, err := rdb.Get(ctx, counter).Int(); err != nil || n != goroutines*rounds {
+		t.Fatalf("counter = %d, %v; want %d", n, err, goroutines*rounds)
+	}
+	if got, want := evals.n.Load(), int64(2*goroutines*rounds); got != want {
+		t.Fatalf("%d scripts run for %d sections, want %d (one acquisition and one release each)", got, goroutines*rounds, want)
+	}
+}
+
+// TestLocalLineLostHoldLetsNextIn: a hold that is lost (its key deleted
+// under it) gives up its place in line at once, so the next local waiter
+// obtains the lock without the lost holder ever releasing.
+func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	c := newClient(t, nil)
+	lost := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Obtain(ctx, key)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter is in line
+	if ok, err := c.ForceRelease(ctx, key); err != nil || !ok {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	select {
+	case <-lost.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deleted hold is not reported lost")
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("next in line: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next in line did not obtain the lock after the hold was lost")
+	}
+	if err := lost.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release of the lost lease: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestLocalLineCancelReentryTryClose: a waiter in line whose ctx ends
+// leaves it (the line keeps working); the holder re-enters without waiting
+// behind its own line; TryObtain does not wait in line; Close ends a wait
+// in line with ErrClosed.
+func TestLocalLineCancelReentryTryClose(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	c := newClient(t, nil)
+	owner := lock.WithOwner(ctx, lock.NewOwner())
+	l := mustObtain(t, owner, c, key)
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Obtain(short, key); !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Obtain with a short ctx: %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	inner := mustObtain(t, owner, c, key) // re-entry: not behind the line
+	if inner.Token() != l.Token() {
+		t.Fatalf("re-entry token %d, want %d", inner.Token(), l.Token())
+	}
+	if _, err := c.TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryObtain of a held key: %v, want ErrNotObtained", err)
+	}
+
+	next := make(chan error, 1)
+	go func() {
+		l, err := c.Obtain(ctx, key)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		next <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-next:
+		t.Fatalf("obtained while the outer level is held: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-next; err != nil {
+		t.Fatalf("next in line after the release: %v", err)
+	}
+
+	// Close while in line.
+	l = mustObtain(t, ctx, c, key)
+	closed := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(ctx, key)
+		closed <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	if err := <-closed; !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Obtain in line at Close: %v, want ErrClosed", err)
+	}
+	_ = l.Release(ctx)
+}
