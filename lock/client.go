@@ -197,31 +197,10 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 
 // obtainLoop runs the attempts, in key's local line when useGate says so.
 func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
-	if !c.useGate(ctx, key, wait) {
-		return c.attempts(ctx, key, wait, o, nil)
-	}
-	g, err := c.gates.enter(ctx, key, c.quit)
-	if err != nil {
-		return nil, err
-	}
-	gh := &gateHold{gs: &c.gates, key: key, g: g}
-	l, err := c.attempts(ctx, key, wait, o, gh)
-	if err != nil {
-		gh.leave()
-	}
-	return l, err
-}
-
-// attempts obtains key; gh, if not nil, is the local line's front that the
-// new hold keeps.
-func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOptions, gh *gateHold) (*lease, error) {
-	keys := c.keys(key)
-	notified := o.Retry == nil
-	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
 	// One id per call: the waiter's id in the queue, the release's request
 	// id, and the owner when ctx carries none ("<client id>:<n>" is unique,
 	// and unguessable through the random client id).
-	id, subscribed, err := c.begin()
+	id, err := c.begin()
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +208,37 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 	if !ok {
 		owner = id
 	}
+	if !c.useGate(ctx, key, wait) {
+		return c.attempts(ctx, key, wait, o, id, owner, nil)
+	}
+	g, gr, err := c.gates.enter(ctx, key, c.quit, &takeover{owner: owner, id: id, o: o})
+	switch {
+	case err != nil:
+		return nil, err
+	case gr.lease != nil: // handed over by the releasing holder
+		return gr.lease, nil
+	}
+	gh := &gateHold{gs: &c.gates, key: key, g: g}
+	var l *lease
+	if gr.unsure { // a hand-off to owner may or may not have happened
+		l, err = c.claimHandoff(ctx, key, id, owner, o, gr.sent, gh)
+	}
+	if l == nil && err == nil {
+		l, err = c.attempts(ctx, key, wait, o, id, owner, gh)
+	}
+	if err != nil {
+		gh.leave()
+	}
+	return l, err
+}
+
+// attempts obtains key for owner; id is the call's id. gh, if not nil, is
+// the local line's front that the new hold keeps.
+func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOptions, id, owner string, gh *gateHold) (*lease, error) {
+	keys := c.keys(key)
+	notified := o.Retry == nil
+	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
+	subscribed := c.subscribed()
 	var waiter string
 	var wake chan struct{} // nil until registered: most calls never wait
 	if queue {
@@ -246,6 +256,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 		if subscribeFirst {
 			w = ""
 		} else if waiter != "" && wake == nil {
+			var err error
 			if wake, err = c.register(waiter); err != nil {
 				return nil, err
 			}
@@ -411,19 +422,21 @@ func (c *Client) nextID() string {
 	return c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
 }
 
-// begin numbers a call and reports whether the client's wake-up
-// subscription is up.
-func (c *Client) begin() (id string, subscribed bool, err error) {
+// begin numbers a call, or returns ErrClosed after Close.
+func (c *Client) begin() (string, error) {
 	select {
 	case <-c.quit:
-		return "", false, ErrClosed
+		return "", ErrClosed
 	default:
 	}
-	id = c.nextID()
+	return c.nextID(), nil
+}
+
+// subscribed reports whether the client's wake-up subscription is up.
+func (c *Client) subscribed() bool {
 	c.mu.Lock()
-	subscribed = c.sub != nil && c.sub.ps != nil
-	c.mu.Unlock()
-	return id, subscribed, nil
+	defer c.mu.Unlock()
+	return c.sub != nil && c.sub.ps != nil
 }
 
 // register makes id's wake-up channel; it must run before the first attempt

@@ -68,11 +68,19 @@
 // Local line (without fair mode): the goroutines of one Client that Obtain
 // the same key line up in process, first come first served, and only the
 // one at the front talks to Redis; it keeps its place until its hold ends
-// or is lost. A key contended within one process then costs one
-// acquisition and one release per critical section, with no failed
-// attempt, no Redis queue entry and no Pub/Sub message between them. Other
-// clients still compete through Redis, which alone decides who holds the
-// lock. TryObtain and re-entry by a holding owner do not line up.
+// or is lost. The outermost release of a front whose line is not empty is
+// handoff.lua: in one round trip it gives the lock to the next in line's
+// owner (a fresh acquisition: new fencing token, that owner's TTL), and
+// that goroutine returns from Obtain with no round trip of its own. A key
+// contended within one process thus costs one script per critical section,
+// with no failed attempt, no Redis queue entry and no Pub/Sub message. If
+// another client's live waiter is queued for the key, handoff.lua releases
+// instead and wakes it, so other clients are not starved; Redis alone
+// decides who holds the lock. If a hand-off's answer is lost, the next in
+// line reads the lock (Inspect) to learn whether its owner holds it. A
+// release that fails with a Redis error stops the hold's renewal (the lock
+// then expires after its TTL unless a retried Release frees it). TryObtain
+// and re-entry by a holding owner do not line up.
 //
 // Vanished waiters: each queued waiter has a deadline in Redis server time
 // (redis.call('TIME') inside the scripts, allowed by effects replication

@@ -3,79 +3,150 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
+	"time"
 )
 
-// Local gates (non-fair mode): the goroutines of one Client that wait for
+// Local lines (non-fair mode): the goroutines of one Client that wait for
 // the same key line up in process, first come first served, and only the
 // one at the front talks to Redis. It keeps its place from its first
-// attempt until its hold ends (outermost release) or is lost. A release
-// hands the key to the next local goroutine without a Pub/Sub message, and
-// the goroutines behind it send nothing at all: in a hot key contended
-// within one process each critical section costs one acquisition and one
-// release. Other clients are not affected; Redis still decides who holds
-// the lock, so mutual exclusion does not depend on the gate.
+// attempt until its hold ends (outermost release) or is lost. The goroutines
+// behind it send nothing. When the front's hold ends and the next in line
+// may take a hand-off, the release is handoff.lua: one round trip that gives
+// the lock to the next in line's owner (a fresh acquisition with its own
+// fencing token), which then returns from Obtain without a round trip of
+// its own. If another client's waiter is queued in Redis, handoff.lua
+// releases instead and wakes it, so other clients are not starved. Redis
+// alone decides who holds the lock: the line orders this client's
+// goroutines and never lets two of them hold it.
 //
-// Fair mode does not use gates (its order is the queue in Redis), nor does
+// Fair mode does not use lines (its order is the queue in Redis), nor does
 // TryObtain (one attempt, no wait), nor re-entry by an owner that holds the
-// key through this client.
+// key through this client. If the answer to a hand-off is lost, the next
+// in line reads the lock (Inspect) to learn whether its owner holds it.
 
-// gate is one key's line: a token channel (holding the token is being at
-// the front); the runtime serves blocked senders in arrival order.
+// gate is one key's line.
 type gate struct {
-	ch   chan struct{}
-	refs int // goroutines in line or at the front; protected by gates.mu
+	held bool     // some goroutine or hold is at the front
+	line []*liner // waiting behind the front, in arrival order
 }
 
-// gates are a Client's local gates, by key.
+// liner is one goroutine waiting in line.
+type liner struct {
+	ready chan grant // receives the front (and maybe a lease); buffered
+	take  *takeover  // what a hand-off needs
+}
+
+// takeover describes the acquisition a hand-off makes for a liner.
+type takeover struct {
+	owner, id string
+	o         ObtainOptions
+}
+
+// grant gives a liner the front, with the lease of a hand-off or without.
+type grant struct {
+	lease *lease
+	// unsure: the answer to a hand-off sent at sent to this liner's owner
+	// was lost; the liner must find out whether its owner holds the lock.
+	unsure bool
+	sent   time.Time
+}
+
+// gates are a Client's local lines, by key.
 type gates struct {
-	mu sync.Mutex // protects m and every gate's refs
+	mu sync.Mutex // protects m and every gate in it
 	m  map[string]*gate
 }
 
-// enter lines up for key and returns once at the front: the caller must
-// call leave(key, g, true). If ctx ends or quit closes first, it returns
-// errors.Join(ErrNotObtained, ctx.Err()) or ErrClosed.
-func (gs *gates) enter(ctx context.Context, key string, quit <-chan struct{}) (*gate, error) {
+// enter lines up for key. It returns once at the front, with the lease of
+// a hand-off if one came (the caller then holds key), else with the front
+// only: the caller attempts and, on failure, passes the front on with
+// pass. If ctx ends or quit closes while waiting, it returns
+// errors.Join(ErrNotObtained, ctx.Err()) or ErrClosed and holds nothing.
+func (gs *gates) enter(ctx context.Context, key string, quit <-chan struct{}, take *takeover) (*gate, grant, error) {
 	gs.mu.Lock()
 	if gs.m == nil {
 		gs.m = map[string]*gate{}
 	}
 	g := gs.m[key]
 	if g == nil {
-		g = &gate{ch: make(chan struct{}, 1)}
+		g = &gate{}
 		gs.m[key] = g
 	}
-	g.refs++
-	gs.mu.Unlock()
-	select {
-	case g.ch <- struct{}{}:
-		return g, nil
-	case <-ctx.Done():
-		gs.leave(key, g, false)
-		return nil, errors.Join(ErrNotObtained, ctx.Err())
-	case <-quit:
-		gs.leave(key, g, false)
-		return nil, ErrClosed
+	if !g.held {
+		g.held = true
+		gs.mu.Unlock()
+		return g, grant{}, nil
 	}
-}
-
-// leave steps out of key's line; front says the caller holds the token,
-// which passes to the next in line.
-func (gs *gates) leave(key string, g *gate, front bool) {
-	if front {
-		<-g.ch
+	ln := &liner{ready: make(chan grant, 1), take: take}
+	g.line = append(g.line, ln)
+	gs.mu.Unlock()
+	var err error
+	select {
+	case gr := <-ln.ready:
+		return g, gr, nil
+	case <-ctx.Done():
+		err = errors.Join(ErrNotObtained, ctx.Err())
+	case <-quit:
+		err = ErrClosed
 	}
 	gs.mu.Lock()
-	g.refs--
-	if g.refs == 0 && gs.m[key] == g {
-		delete(gs.m, key)
+	if i := slices.Index(g.line, ln); i >= 0 { // still in line: step out
+		g.line = slices.Delete(g.line, i, i+1)
+		gs.mu.Unlock()
+		return nil, grant{}, err
 	}
+	gs.mu.Unlock()
+	// Popped meanwhile: the front (or a hand-off) is on its way.
+	gr := <-ln.ready
+	if gr.lease != nil {
+		return g, gr, nil // the lock is held: report it rather than lose it
+	}
+	gs.pass(key, g)
+	return nil, grant{}, err
+}
+
+// pass gives the front of key's line to the next in line, or frees it.
+func (gs *gates) pass(key string, g *gate) {
+	gs.mu.Lock()
+	if len(g.line) == 0 {
+		g.held = false
+		if gs.m[key] == g {
+			delete(gs.m, key)
+		}
+		gs.mu.Unlock()
+		return
+	}
+	ln := g.line[0]
+	g.line = slices.Delete(g.line, 0, 1)
+	gs.mu.Unlock()
+	ln.ready <- grant{}
+}
+
+// next takes the next in line out of it, if any.
+func (gs *gates) next(g *gate) *liner {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if len(g.line) == 0 {
+		return nil
+	}
+	ln := g.line[0]
+	g.line = slices.Delete(g.line, 0, 1)
+	return ln
+}
+
+// putBack returns ln to the head of the line (a hand-off that did not
+// happen while the front stays where it is).
+func (gs *gates) putBack(g *gate, ln *liner) {
+	gs.mu.Lock()
+	g.line = slices.Insert(g.line, 0, ln)
 	gs.mu.Unlock()
 }
 
-// gateHold is the front place a hold keeps: it is given up once, when the
-// hold ends or is lost, whichever comes first.
+// gateHold is the front place a hold keeps. It is given up once: passed on
+// when the hold ends or is lost, or handed over with the lock.
 type gateHold struct {
 	gs   *gates
 	key  string
@@ -83,11 +154,22 @@ type gateHold struct {
 	once sync.Once
 }
 
+// leave passes the front on, unless it was passed already.
 func (p *gateHold) leave() {
 	if p == nil {
 		return
 	}
-	p.once.Do(func() { p.gs.leave(p.key, p.g, true) })
+	p.once.Do(func() { p.gs.pass(p.key, p.g) })
+}
+
+// claim takes the front for a hand-off: false if it was passed already.
+func (p *gateHold) claim() bool {
+	if p == nil {
+		return false
+	}
+	ok := false
+	p.once.Do(func() { ok = true })
+	return ok
 }
 
 // useGate says whether a call waits in its key's local line: Obtain (not
@@ -105,4 +187,75 @@ func (c *Client) useGate(ctx context.Context, key string, wait bool) bool {
 	h := c.holds[holdKey{key, owner}]
 	c.mu.Unlock()
 	return h == nil
+}
+
+// handoff tries to end l's hold by handing the lock to the next in l's
+// line. done reports whether it ended the release (err is then Release's
+// answer); if not, Release goes on as a plain release.
+func (l *lease) handoff(ctx context.Context) (done bool, err error) {
+	c := l.c
+	if c.o.fair || c.o.replicas > 0 || l.h.gate == nil {
+		return false, nil
+	}
+	c.mu.Lock()
+	last := l.h.levels == 1 && !l.released
+	c.mu.Unlock()
+	if !last {
+		return false, nil
+	}
+	gh := l.h.gate
+	ln := gh.gs.next(gh.g)
+	if ln == nil {
+		return false, nil
+	}
+	keys := c.keys(l.key)
+	t := ln.take
+	sent := c.o.now()
+	res, err := handoffScript.Run(ctx, c.pipe, []string{keys[0], keys[1], keys[2], keys[3]},
+		l.owner, t.owner, t.o.TTL.Milliseconds(), c.argChan).Int64Slice()
+	switch {
+	case err != nil:
+		// Unknown: the lock may now be the liner's owner's. The liner takes
+		// the front and finds out; this lease stays unreleased, and a
+		// retried Release answers ErrNotHeld if the hand-off happened.
+		gh.claim()
+		ln.ready <- grant{unsure: true, sent: sent}
+		return true, fmt.Errorf("lock: release %q: %w", l.key, err)
+	case len(res) == 1 && res[0] == -2: // another level appeared: plain release
+		gh.gs.putBack(gh.g, ln)
+		return false, nil
+	case len(res) == 2 && res[0] == 1: // handed over, with the front
+		gh.claim()
+		nl := c.newLease(l.key, keys, t.owner, t.id, res[1], t.o, sent, &gateHold{gs: gh.gs, key: l.key, g: gh.g})
+		l.end()
+		ln.ready <- grant{lease: nl}
+		return true, nil
+	case len(res) == 1 && (res[0] == 0 || res[0] == -1): // released, or not held
+		gh.claim()
+		l.end()
+		ln.ready <- grant{} // the front, to attempt as usual
+		if res[0] == -1 {
+			return true, ErrNotHeld
+		}
+		return true, nil
+	}
+	gh.claim()
+	ln.ready <- grant{unsure: true, sent: sent}
+	return true, fmt.Errorf("lock: release %q: unexpected reply %v", l.key, res)
+}
+
+// claimHandoff finds out whether a hand-off whose answer was lost gave key
+// to owner: if so it returns the lease (the hand-off was sent at sent),
+// else nil, and the caller attempts as usual. If the lock cannot be read,
+// it returns the error: the lock may then be owner's, unrenewed, until its
+// TTL runs out.
+func (c *Client) claimHandoff(ctx context.Context, key, id, owner string, o ObtainOptions, sent time.Time, gh *gateHold) (*lease, error) {
+	info, err := c.Inspect(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if info.Owners[owner] != 1 {
+		return nil, nil
+	}
+	return c.newLease(key, c.keys(key), owner, id, info.Token, o, sent, gh), nil
 }

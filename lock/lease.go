@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -107,11 +108,15 @@ func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time,
 }
 
 // Release drops one level of the hold; the outermost release deletes the
-// lock and wakes the next waiter. It returns ErrNotHeld if the lock was no
+// lock and wakes the next waiter (or hands the lock to the next goroutine
+// in the client's local line). It returns ErrNotHeld if the lock was no
 // longer held by the lease's owner, or the lease was released before. A
 // release that failed with a Redis error may be called again: the retry
 // gets the first attempt's answer (kept for the client's release window)
-// and never drops a second level.
+// and never drops a second level. After such a failure of the outermost
+// level the hold is no longer renewed (as Redisson's unlock cancels its
+// renewal whatever the outcome): if no retry gets through, the lock expires
+// after its TTL.
 func (l *lease) Release(ctx context.Context) error {
 	c := l.c
 	c.mu.Lock()
@@ -120,14 +125,55 @@ func (l *lease) Release(ctx context.Context) error {
 	if done {
 		return ErrNotHeld
 	}
+	if done, err := l.handoff(ctx); done {
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			l.abandon()
+		}
+		return err
+	}
 	left, err := releaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan).Int64()
 	if err != nil {
+		l.abandon()
 		return fmt.Errorf("lock: release %q: %w", l.key, err)
 	}
-	c.mu.Lock()
-	if l.released { // a concurrent Release of this lease got there first
-		c.mu.Unlock()
+	if !l.end() { // a concurrent Release of this lease got there first
 		return ErrNotHeld
+	}
+	if left < 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// abandon follows a release that failed with a Redis error: if l is its
+// hold's last level, the hold stops being renewed (the lock expires after
+// its TTL unless a retried Release frees it sooner), leaves the client's
+// holds and passes its place in the local line on. Without this, a release
+// that was not retried would leave the lock renewed, and held, for as long
+// as the client lives.
+func (l *lease) abandon() {
+	c := l.c
+	c.mu.Lock()
+	last := l.h.levels == 1 && !l.released
+	if last && c.holds[l.h.k] == l.h {
+		delete(c.holds, l.h.k)
+	}
+	c.mu.Unlock()
+	if last {
+		l.h.wd.Stop()
+		l.h.gate.leave()
+	}
+}
+
+// end records that l was released in Redis: one level less, and at zero
+// the hold ends (its watchdog stops, its place in the local line passes
+// on). It returns false if l had been released already.
+func (l *lease) end() bool {
+	c := l.c
+	c.mu.Lock()
+	if l.released {
+		c.mu.Unlock()
+		return false
 	}
 	l.released = true
 	l.h.levels--
@@ -146,8 +192,5 @@ func (l *lease) Release(ctx context.Context) error {
 			c.o.metrics.Held(l.key, c.o.now().Sub(ended.since))
 		}
 	}
-	if left < 0 {
-		return ErrNotHeld
-	}
-	return nil
+	return true
 }

@@ -13,6 +13,8 @@ var (
 	acquireLua string
 	//go:embed lua/release.lua
 	releaseLua string
+	//go:embed lua/handoff.lua
+	handoffLua string
 	//go:embed lua/renew.lua
 	renewLua string
 	//go:embed lua/leave.lua
@@ -30,6 +32,7 @@ var (
 
 	acquireScript       = redis.NewScript(acquireLua)
 	releaseScript       = redis.NewScript(releaseLua)
+	handoffScript       = redis.NewScript(handoffLua)
 	renewScript         = redis.NewScript(renewLua)
 	leaveScript         = redis.NewScript(leaveLua)
 	forceReleaseScript  = redis.NewScript(forceReleaseLua)
@@ -45,6 +48,7 @@ func Scripts() map[string]*redis.Script {
 	return map[string]*redis.Script{
 		"acquire.lua":        acquireScript,
 		"release.lua":        releaseScript,
+		"handoff.lua":        handoffScript,
 		"renew.lua":          renewScript,
 		"leave.lua":          leaveScript,
 		"force_release.lua":  forceReleaseScript,
