@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -152,24 +153,21 @@ type gateHold struct {
 	key  string
 	g    *gate
 	once sync.Once
+	gone atomic.Bool // the front was passed on or handed over
 }
 
-// leave passes the front on, unless it was passed already.
+// leave passes the front on, unless it was passed on or handed over already.
 func (p *gateHold) leave() {
 	if p == nil {
 		return
 	}
-	p.once.Do(func() { p.gs.pass(p.key, p.g) })
+	p.once.Do(func() { p.gone.Store(true); p.gs.pass(p.key, p.g) })
 }
 
-// claim takes the front for a hand-off: false if it was passed already.
-func (p *gateHold) claim() bool {
-	if p == nil {
-		return false
-	}
-	ok := false
-	p.once.Do(func() { ok = true })
-	return ok
+// claim marks the front as handed over with the lock (or to a liner that
+// must find out whether it holds it), so that leave does not pass it again.
+func (p *gateHold) claim() {
+	p.once.Do(func() { p.gone.Store(true) })
 }
 
 // useGate says whether a call waits in its key's local line: Obtain (not
@@ -204,6 +202,9 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 		return false, nil
 	}
 	gh := l.h.gate
+	if gh.gone.Load() { // passed on already: after a lost hold, or a failed release
+		return false, nil
+	}
 	ln := gh.gs.next(gh.g)
 	if ln == nil {
 		return false, nil
