@@ -41,7 +41,8 @@ type Config struct {
 	// metrics). It must not block.
 	OnRenew func(err error)
 	// OnLost, if set, is called once with the cause when the lease is lost
-	// (for metrics). It must not block, nor call the Watchdog's methods.
+	// (for metrics), before Lost closes. It must not block, nor call the
+	// Watchdog's methods.
 	OnLost func(cause error)
 	// LastRenewed is when the lease was last extended before Start (e.g.
 	// the start of the acquisition request). Default: Now() at Start.
@@ -172,10 +173,10 @@ func (w *Watchdog) lose(cause error) {
 func (w *Watchdog) loseLocked(cause error) {
 	if w.err == nil {
 		w.err = cause
-		close(w.lost)
-		if w.cfg.OnLost != nil {
+		if w.cfg.OnLost != nil { // first: whoever Lost wakes sees its effects
 			w.cfg.OnLost(cause)
 		}
+		close(w.lost)
 	}
 }
 
