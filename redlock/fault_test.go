@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,7 +149,15 @@ func TestRestartWithoutData(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 2 of 3 masters lost their data, the second client still could not obtain: %v", err)
+			var state []string
+			for i, r := range rs {
+				c := r.Client(t)
+				h, _ := c.HGetAll(ctx, redlock.DefaultPrefix+"{"+key+"}").Result()
+				pttl, _ := c.PTTL(ctx, redlock.DefaultPrefix+"{"+key+"}").Result()
+				state = append(state, fmt.Sprintf("master %d: %v pttl %v", i, h, pttl))
+			}
+			t.Fatalf("after 2 of 3 masters lost their data, the second client still could not obtain: %v\nfirst holder %s; %s",
+				err, first.(interface{ Owner() string }).Owner(), strings.Join(state, "; "))
 		}
 		time.Sleep(50 * time.Millisecond) // the clients reconnect
 	}
