@@ -133,7 +133,12 @@
 // waits, backing off, until its ctx ends), and locks work again as soon as
 // a quorum is back. Waiters are woken in queue order per master but, as in
 // package lock without fair mode, a releaser may take the lock again first;
-// split votes between contenders are resolved by the random jitter.
+// split votes between contenders are resolved by the random jitter. An
+// acquisition given up at the node timeout may still reach its master after
+// the release that undoes it (Redis reads the two on different
+// connections); that master then keeps the failed attempt's hold until its
+// TTL. A node timeout well above the clients' scheduling delays keeps this
+// rare.
 //
 // # When not to use it
 //

@@ -122,7 +122,12 @@ func TestBlackholedMaster(t *testing.T) {
 // fencing token of the second holder is larger.
 func TestRestartWithoutData(t *testing.T) {
 	rs := testserver.StartRedisMasters(t, 3)
-	a, b := newClient(t, rs), newClient(t, rs)
+	// A node timeout well above scheduling delays: on a loaded machine a
+	// 20 ms timeout can give up on an acquisition that Redis then runs
+	// after its undoing release (the answer-lost race every Redlock has),
+	// leaving a hold of a failed attempt that this test would misread.
+	opt := redlock.WithNodeTimeout(200 * time.Millisecond)
+	a, b := newClient(t, rs, opt), newClient(t, rs, opt)
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
 	const ttl = 3 * time.Second
