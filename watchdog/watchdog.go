@@ -47,6 +47,12 @@ type Config struct {
 	// LastRenewed is when the lease was last extended before Start (e.g.
 	// the start of the acquisition request). Default: Now() at Start.
 	LastRenewed time.Time
+	// FirstTTL, if positive and below TTL, is the time to live the lease had
+	// at LastRenewed (a lease granted for less than it renews to): until
+	// the first successful renewal the lease expires FirstTTL after
+	// LastRenewed, and that renewal is due after Interval or FirstTTL/3,
+	// whichever comes first. Default: TTL.
+	FirstTTL time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
@@ -90,6 +96,12 @@ func Start(cfg Config) (*Watchdog, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.FirstTTL < 0 {
+		return nil, fmt.Errorf("watchdog: negative FirstTTL %v", cfg.FirstTTL)
+	}
+	if cfg.FirstTTL == 0 || cfg.FirstTTL > cfg.TTL {
+		cfg.FirstTTL = cfg.TTL
+	}
 	now := cfg.Now()
 	if cfg.LastRenewed.IsZero() {
 		cfg.LastRenewed = now
@@ -105,9 +117,12 @@ func Start(cfg Config) (*Watchdog, error) {
 	defer w.mu.Unlock()
 	// The timer's goroutine runs the loop and is owned by w: Stop and Lose
 	// either cancel the timer or wait for the loop.
-	w.timer = time.AfterFunc(max(cfg.LastRenewed.Add(cfg.Interval).Sub(now), 0), w.run)
+	w.timer = time.AfterFunc(max(cfg.LastRenewed.Add(cfg.firstInterval()).Sub(now), 0), w.run)
 	return w, nil
 }
+
+// firstInterval is when the first renewal is due after LastRenewed.
+func (cfg *Config) firstInterval() time.Duration { return min(cfg.Interval, cfg.FirstTTL/3) }
 
 func (w *Watchdog) run() {
 	w.mu.Lock()
@@ -185,9 +200,9 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 
 	cfg := w.cfg
 	start := w.start
-	lastOK := cfg.LastRenewed
+	lastOK, ttl, interval := cfg.LastRenewed, cfg.FirstTTL, cfg.firstInterval()
 	var lastErr error
-	next := lastOK.Add(cfg.Interval)
+	next := lastOK.Add(interval)
 
 	type result struct {
 		at  time.Time
@@ -206,7 +221,7 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 	defer timer.Stop()
 	for {
 		now := cfg.Now()
-		deadline := lastOK.Add(cfg.TTL)
+		deadline := lastOK.Add(ttl)
 		maxed := cfg.MaxHold > 0 && !now.Before(start.Add(cfg.MaxHold))
 		if !now.Before(deadline) {
 			switch {
@@ -244,13 +259,14 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 			switch {
 			case r.err == nil:
 				lastOK, lastErr = r.at, nil
-				next = r.at.Add(cfg.Interval)
+				ttl, interval = cfg.TTL, cfg.Interval
+				next = r.at.Add(interval)
 			case errors.Is(r.err, ErrNotHeld):
 				w.lose(r.err)
 				return
 			default:
 				lastErr = r.err
-				next = cfg.Now().Add(max(cfg.Interval/3, time.Millisecond))
+				next = cfg.Now().Add(max(interval/3, time.Millisecond))
 			}
 		case <-timer.C:
 		}

@@ -49,6 +49,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"TTL below minimum", watchdog.Config{TTL: time.Millisecond, Renew: renew}},
 		{"interval not below TTL", watchdog.Config{TTL: time.Second, Interval: time.Second, Renew: renew}},
 		{"negative max hold", watchdog.Config{TTL: time.Second, Renew: renew, MaxHold: -1}},
+		{"negative first TTL", watchdog.Config{TTL: time.Second, Renew: renew, FirstTTL: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,4 +252,46 @@ func TestRenewedHook(t *testing.T) {
 	if ok.Load() == 0 || failed.Load() == 0 {
 		t.Fatalf("hook saw %d successes and %d failures", ok.Load(), failed.Load())
 	}
+}
+
+// TestFirstTTL: a lease granted for less than its TTL is renewed within a
+// third of that first TTL, then on the usual schedule; if that first
+// renewal fails, the lease is lost when the first TTL runs out.
+func TestFirstTTL(t *testing.T) {
+	t.Run("renewed early", func(t *testing.T) {
+		var mu sync.Mutex
+		var at []time.Duration
+		begin := time.Now()
+		w := start(t, watchdog.Config{TTL: 3 * time.Second, FirstTTL: 150 * time.Millisecond, LastRenewed: begin,
+			Renew: func(context.Context) error {
+				mu.Lock()
+				at = append(at, time.Since(begin))
+				mu.Unlock()
+				return nil
+			}})
+		time.Sleep(400 * time.Millisecond)
+		select {
+		case <-w.Lost():
+			t.Fatalf("lost: %v", w.Err())
+		default:
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// First at 50 ms (150/3), next at 1 s (TTL/3): one renewal so far.
+		if len(at) != 1 || at[0] < 40*time.Millisecond || at[0] > 150*time.Millisecond {
+			t.Fatalf("renewals at %v, want one at about 50 ms", at)
+		}
+	})
+	t.Run("lost at the first TTL", func(t *testing.T) {
+		begin := time.Now()
+		w := start(t, watchdog.Config{TTL: 3 * time.Second, FirstTTL: 150 * time.Millisecond, LastRenewed: begin,
+			Renew: func(context.Context) error { return errors.New("unreachable") }})
+		waitLost(t, w, 2*time.Second)
+		if d := time.Since(begin); d < 150*time.Millisecond || d > 600*time.Millisecond {
+			t.Fatalf("lost after %v, want about 150 ms", d)
+		}
+		if !errors.Is(w.Err(), watchdog.ErrExpired) {
+			t.Fatalf("cause %v, want ErrExpired", w.Err())
+		}
+	})
 }
