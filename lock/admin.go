@@ -17,12 +17,21 @@ type Info struct {
 	TTL time.Duration
 	// Token is the last fencing token issued for the key (0 if none ever).
 	Token int64
-	// Waiters lists the queued waiters' ids ("<client id>:<n>") in arrival
-	// order, and WaiterTTLs how long each keeps its place without calling in
-	// again (negative: unknown, it is skipped when it comes first).
+	// Waiters lists the queued waiters in arrival order, each as its queue
+	// entry ("<client id>:<n>", with "|<grant ms>|<owner>" for a Client's
+	// waiter), and WaiterTTLs how long each keeps its place without calling
+	// in again (negative: unknown, it is skipped when it comes first).
 	Waiters    []string
 	WaiterTTLs []time.Duration
+	// Granted is the queue entry of the waiter a release granted the lock
+	// to, until that waiter takes it ("" if none); its owner is in Owners.
+	Granted string
 }
+
+// grantField is the hash field under which a release records the waiter it
+// granted the lock to (GRANT in lua/common.lua). Owners may not start with
+// a NUL byte, so it is never an owner.
+const grantField = "\x00grant"
 
 // Held reports whether some owner holds the lock.
 func (i Info) Held() bool { return len(i.Owners) > 0 }
@@ -45,6 +54,10 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	for i := 0; i+1 < len(kv); i += 2 {
 		owner, _ := kv[i].(string)
 		s, _ := kv[i+1].(string)
+		if owner == grantField {
+			info.Granted = s
+			continue
+		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return info, fmt.Errorf("lock: inspect %q: hold count %q of %q is not a number", key, s, owner)
@@ -73,8 +86,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
-// ForceRelease deletes key's lock whoever holds it and wakes the next
-// waiter; the fencing counter is kept, so the next holder's token is still
+// ForceRelease deletes key's lock whoever holds it and passes it to the
+// next waiter; the fencing counter is kept, so the next holder's token is still
 // larger. The former holder's watchdog finds the lock gone at its next
 // renewal and reports the lease lost. It returns whether a lock was held.
 // For operators: a holder that is still running no longer has mutual
@@ -84,7 +97,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	k := c.keys(key)
-	n, err := forceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3]}, c.chanPrefix).Int64()
+	n, err := forceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1]}, c.chanPrefix).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: force-release %q: %w", key, err)
 	}

@@ -39,8 +39,8 @@ type Client struct {
 
 	mu      sync.Mutex // protects the fields below and every lease's released
 	holds   map[holdKey]*hold
-	waiters map[string]chan struct{}
-	sub     *subscription // nil until the first wait that needs notification
+	waiters map[string]chan int64 // by call id: a wake-up (0) or a grant's token
+	sub     *subscription         // nil until the first wait that needs notification
 	closed  bool
 
 	// Script arguments that never change, boxed once: passing a string or
@@ -89,7 +89,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 		id:      strings.ReplaceAll(uuid.NewString(), "-", ""),
 		quit:    make(chan struct{}),
 		holds:   map[holdKey]*hold{},
-		waiters: map[string]chan struct{}{},
+		waiters: map[string]chan int64{},
 	}
 	c.chanPrefix = wakePrefix(o.prefix)
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
@@ -155,10 +155,10 @@ func checkObtain(key string, o *ObtainOptions, defaultTTL time.Duration) error {
 
 // Obtain blocks until key is held by ctx's owner (a new random owner if ctx
 // carries none), ctx ends, or an error occurs. It re-enters a lock its owner
-// already holds. Waiting is notified: the release that frees the lock wakes
-// the first waiter in line through this client's Pub/Sub connection, and
-// each wait is bounded by the holder's remaining TTL. With WithRetry it
-// polls instead.
+// already holds. Waiting is notified: the outermost release grants the lock
+// to the first waiter in line and tells it through its client's Pub/Sub
+// connection, and each wait is bounded by the holder's remaining TTL. With
+// WithRetry it polls instead.
 //
 // Errors: errors.Join(ErrNotObtained, ctx.Err()) when ctx ends first;
 // ErrInvalid for bad arguments; ErrClosed after Close; ErrTooFewReplicas
@@ -207,6 +207,8 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 	owner, ok := OwnerFrom(ctx)
 	if !ok {
 		owner = id
+	} else if strings.HasPrefix(owner, "\x00") {
+		return nil, fmt.Errorf("%w: owner %q starts with a NUL byte (reserved)", ErrInvalid, owner)
 	}
 	if !c.useGate(ctx, key, wait) {
 		return c.attempts(ctx, key, wait, o, id, owner, nil)
@@ -239,10 +241,14 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 	notified := o.Retry == nil
 	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
 	subscribed := c.subscribed()
-	var waiter string
-	var wake chan struct{} // nil until registered: most calls never wait
+	// A queued waiter can be granted the lock by a release (common.lua), for
+	// grant ≤ its TTL: a waiter that vanished holds it no longer than it
+	// keeps its place in the queue.
+	grant := min(o.TTL, c.o.waiterTimeout)
+	var waiter string   // the queue entry
+	var wake chan int64 // nil until registered: most calls never wait
 	if queue {
-		waiter = id
+		waiter = id + "|" + strconv.FormatInt(grant.Milliseconds(), 10) + "|" + owner
 	}
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
@@ -257,10 +263,10 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 			w = ""
 		} else if waiter != "" && wake == nil {
 			var err error
-			if wake, err = c.register(waiter); err != nil {
+			if wake, err = c.register(id); err != nil {
 				return nil, err
 			}
-			defer c.removeWaiter(waiter)
+			defer c.removeWaiter(id)
 		}
 		res, err := c.acquire(ctx, keys, argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued)
 		if err != nil {
@@ -305,7 +311,15 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 			timer.Reset(d)
 		}
 		select {
-		case <-wake: // nil unless queued: then the release woke this waiter
+		case token := <-wake: // nil unless queued: then a release woke this waiter, or granted it the lock
+			// A grant made after this attempt (which found the lock held
+			// by another, and whose fencing token was res.token) holds
+			// for grant from then on at least. A grant from before (a late
+			// message), or past that, or when replicas must acknowledge:
+			// the next attempt finds out and takes what is granted.
+			if token > res.token && c.o.replicas == 0 && c.o.now().Before(sent.Add(grant)) {
+				return c.newGrantedLease(key, keys, owner, id, token, o, sent, grant, gh), nil
+			}
 		case <-timer.C:
 		case <-c.quit:
 			if queued == argYes {
@@ -324,7 +338,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 type acquired struct {
 	held  bool
 	fresh bool
-	token int64
+	token int64 // held: the fencing token; not held: the counter's value
 	wait  time.Duration
 	acks  int
 }
@@ -354,7 +368,11 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 		f, _ := res[2].(int64)
 		return acquired{held: true, fresh: f == 1, token: v, acks: int(acks)}, nil
 	}
-	return acquired{wait: time.Duration(max(v, 1)) * time.Millisecond}, nil
+	a = acquired{wait: time.Duration(max(v, 1)) * time.Millisecond}
+	if len(res) > 2 {
+		a.token, _ = res[2].(int64)
+	}
+	return a, nil
 }
 
 // acquireAndWait sends acquire.lua and WAIT in one pipeline on one
@@ -400,7 +418,7 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 func (c *Client) undo(ctx context.Context, key string, keys []string, owner string, ttl int64, acks int) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
-	err := releaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID()},
+	err := releaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1]},
 		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix).Err()
 	e := fmt.Errorf("%w: %d of %d for %q", ErrTooFewReplicas, acks, c.o.replicas, key)
 	if err != nil {
@@ -415,7 +433,7 @@ func (c *Client) leave(ctx context.Context, keys []string, waiter string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	// A failure leaves the entry to be skipped after the waiter timeout.
-	_ = leaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3]}, waiter, c.chanPrefix).Err()
+	_ = leaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[1]}, waiter, c.chanPrefix).Err()
 }
 
 func (c *Client) nextID() string {
@@ -441,13 +459,13 @@ func (c *Client) subscribed() bool {
 
 // register makes id's wake-up channel; it must run before the first attempt
 // that queues id, so that no wake-up can arrive unregistered.
-func (c *Client) register(id string) (chan struct{}, error) {
+func (c *Client) register(id string) (chan int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
-	wake := make(chan struct{}, 1)
+	wake := make(chan int64, 1)
 	c.waiters[id] = wake
 	return wake, nil
 }
@@ -458,15 +476,37 @@ func (c *Client) removeWaiter(id string) {
 	c.mu.Unlock()
 }
 
-// wake delivers a wake-up to the local waiter it names, if it still waits.
-func (c *Client) wake(id string) {
+// wake delivers a message of the client's channel to the local waiter it
+// names, if it still waits: "<id>" wakes it, "<id>|<token>" tells it a
+// release granted it the lock with that fencing token.
+func (c *Client) wake(msg string) {
+	id, tok, grant := strings.Cut(msg, "|")
+	var token int64
+	if grant {
+		t, err := strconv.ParseInt(tok, 10, 64)
+		if err != nil || t <= 0 {
+			return // not ours; the waiter's next attempt finds out
+		}
+		token = t
+	}
 	c.mu.Lock()
 	ch := c.waiters[id]
 	c.mu.Unlock()
-	if ch != nil {
-		select {
-		case ch <- struct{}{}:
-		default: // already woken
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- token:
+	default: // woken already; a grant replaces a plain wake-up
+		if token > 0 {
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- token:
+			default:
+			}
 		}
 	}
 }

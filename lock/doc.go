@@ -13,12 +13,13 @@
 // script touches one Redis Cluster slot and the same code runs on a single
 // node, Sentinel and Cluster through redis.UniversalClient:
 //
-//	P{key}            hash    owner -> hold count; PEXPIRE TTL
+//	P{key}            hash    owner -> hold count; PEXPIRE TTL; field "\x00grant": a granted waiter's entry
 //	P{key}:fence      string  fencing counter; no TTL, never deleted by a release
-//	P{key}:q          list    queued waiter ids "<client id>:<n>", in arrival order
-//	P{key}:qt         zset    waiter id -> deadline (Redis server time, ms)
+//	P{key}:q          list    queued waiters, in arrival order: "<client id>:<n>|<grant ms>|<owner>"
+//	P{key}:qt         zset    waiter -> deadline (Redis server time, ms)
 //	P{key}:r:<req>    string  answer of one release, kept for the release window
-//	P wake:<client>   channel one per Client; a message is the id of the waiter to wake
+//	P wake:<client>   channel one per Client; a message names one of its waiters: "<client id>:<n>"
+//	                          (wake up and try) or "<client id>:<n>|<token>" (the lock is granted to you)
 //
 // (The channel is "P" + "wake:" + the client id.) Simple uses a string at
 // P simple:{key} (holding the holder's random value, PX TTL) and its own
@@ -37,16 +38,30 @@
 // count and re-arm the TTL (re-entry: the token is the counter's current
 // value, the same as at the fresh acquisition). If the hash is absent, create
 // it with count 1, PEXPIRE TTL, and take the next fencing token from the
-// counter. Otherwise queue the caller's waiter id (or refresh its deadline to
-// server time + the waiter timeout) and return the holder's PTTL.
+// counter. Otherwise queue the caller's waiter entry (or refresh its
+// deadline to server time + the waiter timeout) and return the holder's PTTL
+// and the fencing counter's value.
 //
 // Release (release.lua): not the owner's → not held. Decrement; at zero
-// delete the hash and PUBLISH the id of the first live queued waiter on that
-// waiter's client's channel — one message to one process, never a herd. The
-// woken waiter acquires (and leaves the queue) in its next round trip. A
-// release in steady contention therefore costs three commands per critical
-// section: the failed attempt that queues, the attempt that succeeds, and the
-// release.
+// delete the hash and grant the lock to the first live queued waiter: in
+// the same script its owner becomes the holder (count 1, the next fencing
+// token, a TTL of min(its TTL, its waiter timeout)), the entry is recorded
+// under the hash field "\x00grant", and one message on that waiter's
+// client's channel carries the token — one message to one process, never a
+// herd, and no moment where the lock is free for someone else to take. The
+// waiter returns from Obtain on that message, with no round trip of its own,
+// if the token is larger than the counter its last attempt saw (so a late
+// message from an older grant is never mistaken for a new one) and the grant
+// TTL has not run out since that attempt was sent; its watchdog renews the
+// short grant TTL to the lease's TTL within a third of it. If the message
+// is lost, the waiter's next attempt finds its entry under the grant field
+// and takes the lock (one level, no second count); a waiter that gives up
+// gives the grant back (leave.lua), and one that vanished holds it until
+// the grant TTL ends, at most one waiter timeout. Steady contention across
+// clients therefore costs two commands per critical section: the release
+// and the releaser's next attempt, which queues. (Node's waiters, which
+// Redlock uses, are plain "<client id>:<n>" entries: a release only wakes
+// them, and they acquire in their next round trip.)
 //
 // Waiting: every Client has one Pub/Sub connection, opened by its first wait
 // and subscribed to its own channel only, never one per waiter or per key.
@@ -55,15 +70,16 @@
 // wait is bounded by the holder's PTTL (the lock may expire without a
 // release) and by a third of the waiter timeout (a queued waiter calls in to
 // keep its place); ctx ends the wait (the waiter then leaves the queue:
-// leave.lua, which passes the wake-up on if the lock is free). A wake-up lost
-// with the Pub/Sub connection costs at most one of those bounds.
+// leave.lua, which passes the lock on if it is free). A message lost with
+// the Pub/Sub connection costs at most one of those bounds.
 //
 // Fair mode (WithFair): a free lock is only taken by the first live waiter
 // in the queue (or by anyone when the queue is empty), so waiters are served
 // in arrival order across all clients and a releaser cannot barge — its next
-// attempt queues behind the others. Without fair mode a free lock goes to
-// whoever asks first, which favours the releaser (throughput) while the
-// queue still wakes one waiter per release, first come first woken.
+// attempt queues behind the others. Without fair mode a free lock (one that
+// expired, or was released with nobody queued) goes to whoever asks first;
+// a release still grants the lock to the first waiter in the queue, and the
+// goroutines of one Client wait in its local line (below).
 //
 // Local line (without fair mode): the goroutines of one Client that Obtain
 // the same key line up in process, first come first served, and only the
@@ -74,8 +90,8 @@
 // that goroutine returns from Obtain with no round trip of its own. A key
 // contended within one process thus costs one script per critical section,
 // with no failed attempt, no Redis queue entry and no Pub/Sub message. If
-// another client's live waiter is queued for the key, handoff.lua releases
-// instead and wakes it, so other clients are not starved; Redis alone
+// another client's live waiter is queued for the key, handoff.lua grants
+// the lock to it instead, so other clients are not starved; Redis alone
 // decides who holds the lock. If a hand-off's answer is lost, the next in
 // line reads the lock (Inspect) to learn whether its owner holds it. A
 // release that fails with a Redis error stops the hold's renewal (the lock

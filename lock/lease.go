@@ -15,7 +15,7 @@ type lease struct {
 	c        *Client
 	h        *hold
 	key      string
-	keys     []string // release.lua's KEYS: hash, queue, deadlines, this release's marker
+	keys     []string // release.lua's KEYS: hash, queue, deadlines, this release's marker, fence
 	owner    string
 	token    int64
 	ttl      int64 // ms
@@ -45,9 +45,16 @@ func (l *lease) Err() error {
 // keys are the lock's keys (lockKeys). gh, if not nil, is the local line's
 // front the obtaining call holds: a new hold keeps it, re-entry gives it up.
 func (c *Client) newLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time, gh *gateHold) *lease {
+	return c.newGrantedLease(key, keys, owner, id, token, o, at, 0, gh)
+}
+
+// newGrantedLease is newLease for a lock that Redis holds for first (> 0)
+// from at, less than o.TTL: the watchdog renews it before then. A first
+// of 0 means o.TTL.
+func (c *Client) newGrantedLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *lease {
 	k := holdKey{key, owner}
 	l := &lease{c: c, key: key, owner: owner, token: token, ttl: o.TTL.Milliseconds(),
-		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id}}
+		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := c.holds[k]
@@ -60,7 +67,7 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 	}
 	if h == nil {
 		h = &hold{k: k, since: at, gate: gh}
-		h.wd = c.startWatchdog(key, owner, o, at, gh)
+		h.wd = c.startWatchdog(key, owner, o, at, first, gh)
 		c.holds[k] = h
 	} else {
 		gh.leave() // re-entry (the owner's hold began meanwhile): the hold has its place
@@ -73,10 +80,11 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 	return l
 }
 
-func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time, gh *gateHold) *watchdog.Watchdog {
+func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *watchdog.Watchdog {
 	ttl := o.TTL.Milliseconds()
 	cfg := watchdog.Config{
 		TTL:         o.TTL,
+		FirstTTL:    first,
 		MaxHold:     o.MaxHold,
 		LastRenewed: at,
 		Now:         c.o.now,

@@ -62,7 +62,7 @@ func (n Node) WakeChannel(clientID string) string { return wakePrefix(n.pfx()) +
 
 // WaiterID returns the id of a client's seq-th waiter: "<clientID>:<seq>".
 // A release that frees the lock publishes this id on
-// WakeChannel(clientID). clientID must not be empty.
+// WakeChannel(clientID). clientID must not be empty nor contain ':' or '|'.
 func (n Node) WaiterID(clientID string, seq uint64) string {
 	return clientID + ":" + strconv.FormatUint(seq, 10)
 }
@@ -113,6 +113,9 @@ func (n Node) Acquire(ctx context.Context, rdb redis.Scripter, key string, a Nod
 	if a.Queued && a.Waiter != "" {
 		queued = "1"
 	}
+	if strings.Contains(a.Waiter, "|") || strings.HasPrefix(a.Owner, "\x00") {
+		return NodeResult{}, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
+	}
 	k := lockKeys(n.pfx(), key)
 	res, err := acquireScript.Run(ctx, rdb, k, a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
 		a.WaiterTimeout.Milliseconds(), wakePrefix(n.pfx()), queued).Slice()
@@ -154,7 +157,7 @@ func (n Node) Release(ctx context.Context, rdb redis.Scripter, key string, r Nod
 		r.Window = DefaultReleaseWindow
 	}
 	k := lockKeys(n.pfx(), key)
-	left, err := releaseScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request},
+	left, err := releaseScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1]},
 		r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), wakePrefix(n.pfx())).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("lock: release %q: %w", k[0], err)
@@ -178,7 +181,7 @@ func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner string, 
 // the waiter was queued.
 func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string) (bool, error) {
 	k := lockKeys(n.pfx(), key)
-	v, err := leaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3]}, waiter, wakePrefix(n.pfx())).Int64()
+	v, err := leaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1]}, waiter, wakePrefix(n.pfx())).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: leave %q: %w", k[0], err)
 	}

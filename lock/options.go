@@ -77,8 +77,8 @@ func WithDefaultTTL(d time.Duration) ClientOption { return func(o *clientOptions
 // WithFair makes the lock fair: waiters from every client are served in
 // arrival order and a releaser cannot barge ahead of them. Every client
 // that uses a key must agree on the mode. Default: not fair (a free lock is
-// taken by whoever asks first; waiters are still woken one at a time, in
-// arrival order).
+// taken by whoever asks first; a release still grants the lock to the
+// first queued waiter, and a client's goroutines wait in a local line).
 func WithFair() ClientOption { return func(o *clientOptions) { o.fair = true } }
 
 // WithWaiterTimeout sets how long a queued waiter keeps its place without

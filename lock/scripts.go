@@ -7,8 +7,12 @@ import (
 )
 
 // The Lua scripts, one file each (see the header of each for KEYS and ARGV).
-// They run with Script.Run: EVALSHA, and EVAL once after NOSCRIPT.
+// They run with Script.Run: EVALSHA, and EVAL once after NOSCRIPT. The
+// scripts that touch the wait queue start with common.lua, their shared
+// helpers (queue entries, grants, fencing tokens).
 var (
+	//go:embed lua/common.lua
+	commonLua string
 	//go:embed lua/acquire.lua
 	acquireLua string
 	//go:embed lua/release.lua
@@ -30,12 +34,12 @@ var (
 	//go:embed lua/simple_renew.lua
 	simpleRenewLua string
 
-	acquireScript       = redis.NewScript(acquireLua)
-	releaseScript       = redis.NewScript(releaseLua)
-	handoffScript       = redis.NewScript(handoffLua)
+	acquireScript       = redis.NewScript(commonLua + acquireLua)
+	releaseScript       = redis.NewScript(commonLua + releaseLua)
+	handoffScript       = redis.NewScript(commonLua + handoffLua)
 	renewScript         = redis.NewScript(renewLua)
-	leaveScript         = redis.NewScript(leaveLua)
-	forceReleaseScript  = redis.NewScript(forceReleaseLua)
+	leaveScript         = redis.NewScript(commonLua + leaveLua)
+	forceReleaseScript  = redis.NewScript(commonLua + forceReleaseLua)
 	inspectScript       = redis.NewScript(inspectLua)
 	simpleObtainScript  = redis.NewScript(simpleObtainLua)
 	simpleReleaseScript = redis.NewScript(simpleReleaseLua)

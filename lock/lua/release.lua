@@ -1,5 +1,5 @@
--- release: drop one hold level; at zero delete the lock and wake the first
--- live waiter (only it: its client's channel, the waiter id as message).
+-- release: drop one hold level; at zero delete the lock and pass it to the
+-- first live waiter (common.lua: grant it, or wake that one waiter only).
 -- Safe to retry: a release that leaves hold levels stores its answer under a
 -- per-request marker key, so that the same request sent again (its reply was
 -- lost) returns that answer instead of dropping a second level. The
@@ -11,13 +11,14 @@
 -- KEYS[2] queue        <prefix>{key}:q
 -- KEYS[3] deadlines    <prefix>{key}:qt
 -- KEYS[4] marker       <prefix>{key}:r:<request id>
+-- KEYS[5] fence        <prefix>{key}:fence
 -- ARGV[1] owner
 -- ARGV[2] TTL in ms (set again when hold levels remain)
 -- ARGV[3] marker TTL in ms
 -- ARGV[4] wake-up channel prefix
 --
 -- Returns the hold levels left (0: freed), or -1 if owner did not hold the lock.
-local lock, queue, deadlines, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 local done = redis.call('get', marker)
@@ -34,22 +35,7 @@ if count > 1 then
   return count - 1
 end
 
--- The outermost release: the lock is free; wake the first live waiter.
+-- The outermost release: the lock is free; pass it on.
 redis.call('del', lock)
-local now
-while true do
-  local w = redis.call('lindex', queue, 0)
-  if not w then break end
-  if not now then
-    local t = redis.call('time')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  local d = redis.call('zscore', deadlines, w)
-  if d and tonumber(d) > now then
-    redis.call('publish', prefix .. string.match(w, '^(.*):'), w)
-    break
-  end
-  redis.call('lpop', queue)
-  redis.call('zrem', deadlines, w)
-end
+pass(lock, fence, queue, deadlines, prefix)
 return 0
