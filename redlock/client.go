@@ -42,6 +42,8 @@ type Client struct {
 	stopSub context.CancelFunc // cancels the subscriptions' set-up
 	subCtx  context.Context    // the lifetime ctx of the subscriptions (background work)
 
+	lines lines // local lines per key
+
 	bg sync.WaitGroup // round trips still running after their round was decided; Add under mu while not closed
 
 	mu      sync.Mutex // protects the fields below, every hold's levels and every lease's released

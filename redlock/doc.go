@@ -45,6 +45,16 @@
 // masters make it back off (doubling, at most 250 ms). lock.WithRetry
 // replaces all this by polling.
 //
+// Local line: the goroutines of one Client that Obtain the same key line
+// up in process, first come first served, and only the one at the front
+// attempts (and queues on the masters); it keeps its place until its hold
+// ends (once a quorum answered its outermost release) or is lost, and the
+// next in line then finds the lock free on those masters. A key contended
+// within one process so costs one acquisition and one release per master
+// per critical section, with no split votes between the process's own
+// goroutines. TryObtain and re-entry do not line up; the masters alone
+// decide who holds the lock.
+//
 // Extension: the watchdog (package watchdog) renews every TTL/3 with
 // renew.lua on all masters; a round succeeds with a quorum of renewals.
 // When so many masters answer "not held" that no quorum is possible the

@@ -22,6 +22,7 @@ type hold struct {
 	token  int64
 	ttl    time.Duration
 	wd     *watchdog.Watchdog
+	place  *place // the local line's front, given up when the hold ends or is lost; or nil
 }
 
 // lease is one level of a hold. Besides lock.Lease it has Owner and Err.
@@ -70,18 +71,20 @@ func (c *Client) reenter(key, owner string) *lease {
 // newLease records the hold a successful attempt took and starts its
 // watchdog. If a hold of the same owner on key appeared meanwhile (two
 // goroutines of one owner obtaining at once), the new acquisition is a
-// level of that hold: the masters' extra level is released again.
-func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainOptions, a attempt) *lease {
+// level of that hold: the masters' extra level is released again. pl, the
+// local line's front the call holds, goes with a new hold.
+func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainOptions, a attempt, pl *place) *lease {
 	k := holdKey{key, owner}
 	c.mu.Lock()
 	if h := c.holds[k]; h != nil && h.wd.Err() == nil && !c.closed {
 		h.levels++
 		c.mu.Unlock()
 		c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, every(c.o.slowTimeout()), nil, nil)
+		pl.leave()
 		return &lease{c: c, h: h}
 	}
-	h := &hold{k: k, levels: 1, token: a.token, ttl: o.TTL}
-	h.wd = c.startWatchdog(key, owner, o, a.start)
+	h := &hold{k: k, levels: 1, token: a.token, ttl: o.TTL, place: pl}
+	h.wd = c.startWatchdog(key, owner, o, a.start, pl)
 	c.holds[k] = h
 	closed := c.closed
 	c.mu.Unlock()
@@ -96,8 +99,13 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 // lease's life as TTL − drift from the start of the last successful round
 // (the acquisition's for the first), so Lost closes before the masters'
 // holds can have expired.
-func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start time.Time) *watchdog.Watchdog {
+func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start time.Time, pl *place) *watchdog.Watchdog {
+	var onLost func(error)
+	if pl != nil {
+		onLost = func(error) { pl.leave() } // a lost hold lets the next in line try
+	}
 	wd, err := watchdog.Start(watchdog.Config{
+		OnLost:      onLost,
 		TTL:         o.TTL - Drift(o.TTL),
 		Interval:    o.TTL / 3,
 		MaxHold:     o.MaxHold,
@@ -200,6 +208,7 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 		return held >= c.quorum || not > n-c.quorum
 	})
+	h.place.leave() // decided: the next in line attempts
 	held := 0
 	var errs []error
 	for _, r := range rs {

@@ -34,7 +34,9 @@ func (c *Client) resolve(key string, opts []lock.Option) (lock.ObtainOptions, er
 // Obtain blocks until key is held by ctx's owner (a new random owner if ctx
 // carries none) on a quorum of masters, ctx ends, or the client is closed.
 // It re-enters a lock the owner already holds through this client (same
-// lease token, no round trip). Waiting is notified: each waiter is queued
+// lease token, no round trip). The goroutines of this client that want the
+// same key wait in a local line (see the package documentation); the one at
+// the front attempts. Waiting is notified: each waiter is queued
 // on every master where another owner holds the lock, and the release that
 // frees it there wakes the first waiter through this client's subscription
 // to that master; each wait is also bounded by the holder's remaining TTL
@@ -69,6 +71,30 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.
 	if l := c.reenter(key, owner); l != nil {
 		return l, nil
 	}
+	var pl *place
+	if wait {
+		if pl, err = c.lines.enter(ctx, key, c.quit); err != nil {
+			return nil, err
+		}
+		// The owner's hold may have begun while this call waited in line
+		// (one owner in two goroutines): a level of it, not an attempt.
+		if l := c.reenter(key, owner); l != nil {
+			pl.leave()
+			return l, nil
+		}
+	}
+	l, err := c.attempts(ctx, key, owner, wait, o, pl)
+	if err != nil {
+		pl.leave()
+		return nil, err
+	}
+	return l, nil
+}
+
+// attempts obtains key for owner; pl, if not nil, is the front of the
+// key's local line, which the new hold keeps.
+func (c *Client) attempts(ctx context.Context, key, owner string, wait bool, o lock.ObtainOptions, pl *place) (lock.Lease, error) {
+	var err error
 	queue := wait && o.Retry == nil
 	var (
 		waiter string
@@ -101,7 +127,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.
 				// left there it would take the wake-ups meant for others.
 				c.leaveOn(ctx, key, waiter, a.missed)
 			}
-			return c.newLease(ctx, key, owner, o, a), nil
+			return c.newLease(ctx, key, owner, o, a, pl), nil
 		}
 		if w != "" && a.elsewhere > 0 {
 			queued = true

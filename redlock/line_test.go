@@ -1,0 +1,141 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
+)
+
+// evalCounter counts the scripts (EVALSHA, EVAL) clients send, alone or in
+// pipelines.
+type evalCounter struct{ n atomic.Int64 }
+
+func (e *evalCounter) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if n := strings.ToLower(c.Name()); n == "evalsha" || n == "eval" {
+			e.n.Add(1)
+		}
+	}
+}
+func (e *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (e *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { e.count(cmd); return next(ctx, cmd) }
+}
+func (e *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { e.count(cmds...); return next(ctx, cmds) }
+}
+
+// TestLocalLineHotKey: 12 goroutines of one Client on one key with 3
+// masters line up in process: no lost update, and each section costs one
+// acquisition and one release per master, no failed or split round.
+func TestLocalLineHotKey(t *testing.T) {
+	const masters = 3
+	var evals evalCounter
+	rdbs := dial(t, addrsOf(shared[:masters])...)
+	for _, r := range rdbs {
+		r.AddHook(&evals)
+	}
+	c, err := redlock.New(rdbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	counter := dial(t, shared[0].Addr())[0]
+	before := evals.n.Load()
+	sections := exclusion(t, counter, []lock.Locker{c}, 12, time.Second, nil)
+	// Renewals (every TTL/3 = 10 s) do not happen in 1 s; a few rounds
+	// raise the masters' fencing counters to the largest (raise_fence.lua)
+	// until they agree.
+	if n, want := evals.n.Load()-before, 2*masters*sections+20; n > want {
+		t.Fatalf("%d scripts for %d sections, want at most %d", n, sections, want)
+	}
+}
+
+// TestLocalLineLostHoldLetsNextIn: a hold lost (its key deleted on every
+// master) gives the line's front to the next goroutine without a release.
+func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	c := newClient(t, shared[:3], redlock.WithDefaultTTL(300*time.Millisecond))
+	first := mustObtain(t, ctx, c, key)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Obtain(ctx, key)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the second goroutine waits in line
+	node, _ := lock.NewNode(redlock.DefaultPrefix)
+	k := node.Keys(key)
+	for _, r := range dial(t, addrsOf(shared[:3])...) {
+		r.Del(ctx, k.Lock)
+	}
+	waitClosed(t, first.Lost(), 2*time.Second, "first lease lost")
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the next in line did not get the lock after the hold was lost")
+	}
+	if err := first.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("release of the lost lease: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestLocalLineCancelAndReentry: a goroutine whose ctx ends while it waits
+// in line returns ErrNotObtained with the ctx's error and leaves the line;
+// re-entry by the holding owner does not wait behind the line; Close wakes
+// the goroutines in line with ErrClosed.
+func TestLocalLineCancelAndReentry(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	c, err := redlock.New(dial(t, addrsOf(shared[:3])...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx := lock.WithOwner(ctx, lock.NewOwner())
+	held := mustObtain(t, octx, c, key)
+
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Obtain(wctx, key); !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Obtain in line past its deadline = %v", err)
+	}
+	inner, err := c.Obtain(octx, key) // re-entry: at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inner.Token() != held.Token() {
+		t.Fatalf("re-entry token %d, want %d", inner.Token(), held.Token())
+	}
+	inner.Release(ctx)
+
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(ctx, key)
+		waiting <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Fatalf("Obtain in line at Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not wake the goroutine in line")
+	}
+	held.Release(ctx) // Close lost it; the masters free it after its TTL
+}
