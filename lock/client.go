@@ -46,6 +46,7 @@ type Client struct {
 	// Script arguments that never change, boxed once: passing a string or
 	// a large integer as an argument allocates on every call otherwise.
 	argChan, argFair, argBound, argWindow any
+	argGrant                              string // "|<grant ms>|" of a waiter entry at the default TTL
 }
 
 // Boxed "0" and "1" script arguments.
@@ -94,6 +95,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	c.chanPrefix = wakePrefix(o.prefix)
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
 	c.argBound = o.waiterTimeout.Milliseconds()
+	c.argGrant = "|" + strconv.FormatInt(min(o.ttl, o.waiterTimeout).Milliseconds(), 10) + "|"
 	if o.fair {
 		c.argFair = argYes
 	}
@@ -248,7 +250,11 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 	var waiter string   // the queue entry
 	var wake chan int64 // nil until registered: most calls never wait
 	if queue {
-		waiter = id + "|" + strconv.FormatInt(grant.Milliseconds(), 10) + "|" + owner
+		g := c.argGrant // "|<ms>|" for the default TTL, formatted once
+		if o.TTL != c.o.ttl {
+			g = "|" + strconv.FormatInt(grant.Milliseconds(), 10) + "|"
+		}
+		waiter = id + g + owner
 	}
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
