@@ -3,7 +3,6 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,25 +13,6 @@ import (
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
-
-// evalCounter counts the EVALSHA and EVAL commands a client sends, alone or
-// in pipelines.
-type evalCounter struct{ n atomic.Int64 }
-
-func (e *evalCounter) count(cmds ...redis.Cmder) {
-	for _, c := range cmds {
-		if n := strings.ToLower(c.Name()); n == "evalsha" || n == "eval" {
-			e.n.Add(1)
-		}
-	}
-}
-func (e *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (e *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { e.count(cmd); return next(ctx, cmd) }
-}
-func (e *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { e.count(cmds...); return next(ctx, cmds) }
-}
 
 // TestLocalLineHotKey: goroutines of one client on one key line up in
 // process: the read-modify-write in Redis loses no update, and each section
@@ -51,7 +31,7 @@ func TestLocalLineHotKey(t *testing.T) {
 	if err := mustObtain(t, ctx, c, key).Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var evals evalCounter
+	var evals testserver.EvalCounter
 	rdb.AddHook(&evals)
 	counter := key + ":n"
 	var wg sync.WaitGroup
@@ -81,7 +61,7 @@ func TestLocalLineHotKey(t *testing.T) {
 	// A hand-off is the release and the next acquisition in one script; only
 	// a goroutine that finds nobody in line pays for its own acquisition.
 	sections := int64(goroutines * rounds)
-	if got := evals.n.Load(); got > sections+2*goroutines {
+	if got := evals.N(); got > sections+2*goroutines {
 		t.Fatalf("%d scripts run for %d sections: the line did not hand the lock over", got, sections)
 	} else {
 		t.Logf("%d scripts for %d sections", got, sections)

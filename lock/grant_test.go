@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -26,7 +27,7 @@ func TestGrantTakenFromMessage(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
 	a := newClient(t, nil)
-	var evals evalCounter
+	var evals testserver.EvalCounter
 	rdb := shared.Client(t)
 	rdb.AddHook(&evals)
 	b := lock.New(rdb, lock.WithWaiterTimeout(bound))
@@ -44,7 +45,7 @@ func TestGrantTakenFromMessage(t *testing.T) {
 		got <- res{l, err}
 	}()
 	waitQueued(t, a, key, 1)
-	before := evals.n.Load()
+	before := evals.N()
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestGrantTakenFromMessage(t *testing.T) {
 	if r.l.Token() != info.Token || r.l.Token() <= la.Token() {
 		t.Fatalf("token %d, granted %d, previous holder %d", r.l.Token(), info.Token, la.Token())
 	}
-	if n := evals.n.Load() - before; n > 1 { // at most the renewal of the short grant
+	if n := evals.N() - before; n > 1 { // at most the renewal of the short grant
 		t.Fatalf("the granted waiter sent %d scripts to take the lock", n)
 	}
 	// The grant lasted 300 ms; the watchdog renews it to the lease's TTL.

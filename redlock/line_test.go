@@ -3,42 +3,20 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
 )
-
-// evalCounter counts the scripts (EVALSHA, EVAL) clients send, alone or in
-// pipelines.
-type evalCounter struct{ n atomic.Int64 }
-
-func (e *evalCounter) count(cmds ...redis.Cmder) {
-	for _, c := range cmds {
-		if n := strings.ToLower(c.Name()); n == "evalsha" || n == "eval" {
-			e.n.Add(1)
-		}
-	}
-}
-func (e *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (e *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { e.count(cmd); return next(ctx, cmd) }
-}
-func (e *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { e.count(cmds...); return next(ctx, cmds) }
-}
 
 // TestLocalLineHotKey: 12 goroutines of one Client on one key with 3
 // masters line up in process: no lost update, and each section costs one
 // acquisition and one release per master, no failed or split round.
 func TestLocalLineHotKey(t *testing.T) {
 	const masters = 3
-	var evals evalCounter
+	var evals testserver.EvalCounter
 	rdbs := dial(t, addrsOf(shared[:masters])...)
 	for _, r := range rdbs {
 		r.AddHook(&evals)
@@ -49,12 +27,12 @@ func TestLocalLineHotKey(t *testing.T) {
 	}
 	defer c.Close()
 	counter := dial(t, shared[0].Addr())[0]
-	before := evals.n.Load()
+	before := evals.N()
 	sections := exclusion(t, counter, []lock.Locker{c}, 12, time.Second, nil)
 	// Renewals (every TTL/3 = 10 s) do not happen in 1 s; a few rounds
 	// raise the masters' fencing counters to the largest (raise_fence.lua)
 	// until they agree.
-	if n, want := evals.n.Load()-before, 2*masters*sections+20; n > want {
+	if n, want := evals.N()-before, 2*masters*sections+20; n > want {
 		t.Fatalf("%d scripts for %d sections, want at most %d", n, sections, want)
 	}
 }
