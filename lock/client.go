@@ -95,7 +95,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	c.chanPrefix = wakePrefix(o.prefix)
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
 	c.argBound = o.waiterTimeout.Milliseconds()
-	c.argGrant = "|" + strconv.FormatInt(min(o.ttl, o.waiterTimeout).Milliseconds(), 10) + "|"
+	c.argGrant = "|" + strconv.FormatInt(c.grantTTL(o.ttl).Milliseconds(), 10) + "|"
 	if o.fair {
 		c.argFair = argYes
 	}
@@ -123,6 +123,12 @@ func lockKeys(prefix, key string) []string {
 	n := len(qt) - len(":qt")
 	return []string{qt[:n], qt[:n] + ":fence", qt[:n+len(":q")], qt}
 }
+
+// grantTTL is the TTL a release grants a queued waiter whose lease TTL is
+// ttl (common.lua): at most the waiter timeout, so that a waiter that
+// vanished holds the lock no longer than it would keep its place in the
+// queue. Its watchdog renews it to ttl.
+func (c *Client) grantTTL(ttl time.Duration) time.Duration { return min(ttl, c.o.waiterTimeout) }
 
 // wakePrefix is the prefix of every client's wake-up channel.
 func wakePrefix(prefix string) string { return prefix + "wake:" }
@@ -243,10 +249,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 	notified := o.Retry == nil
 	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
 	subscribed := c.subscribed()
-	// A queued waiter can be granted the lock by a release (common.lua), for
-	// grant ≤ its TTL: a waiter that vanished holds it no longer than it
-	// keeps its place in the queue.
-	grant := min(o.TTL, c.o.waiterTimeout)
+	grant := c.grantTTL(o.TTL)
 	var waiter string   // the queue entry
 	var wake chan int64 // nil until registered: most calls never wait
 	if queue {

@@ -115,9 +115,9 @@ func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time,
 	return wd
 }
 
-// Release drops one level of the hold; the outermost release deletes the
-// lock and wakes the next waiter (or hands the lock to the next goroutine
-// in the client's local line). It returns ErrNotHeld if the lock was no
+// Release drops one level of the hold; the outermost release grants the
+// lock to the first waiter queued in Redis, or frees it (or hands it to the
+// next goroutine in the client's local line). It returns ErrNotHeld if the lock was no
 // longer held by the lease's owner, or the lease was released before. A
 // release that failed with a Redis error may be called again: the retry
 // gets the first attempt's answer (kept for the client's release window)

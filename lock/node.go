@@ -149,8 +149,9 @@ type NodeRelease struct {
 }
 
 // Release drops one hold level of key on rdb (release.lua); at zero it
-// deletes the lock and wakes the first live queued waiter on its client's
-// wake-up channel. It returns the levels left (0: freed), or -1 if the
+// deletes the lock and passes it to the first live queued waiter: a
+// Client's waiter is granted it, a Node waiter (WaiterID) is woken on its
+// client's wake-up channel. It returns the levels left (0: freed), or -1 if the
 // owner did not hold the lock.
 func (n Node) Release(ctx context.Context, rdb redis.Scripter, key string, r NodeRelease) (int64, error) {
 	if r.Window <= 0 {
@@ -177,7 +178,7 @@ func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner string, 
 }
 
 // Leave takes a waiter out of key's queue on rdb (leave.lua) and, if the
-// lock is free, wakes the next live waiter in its place. It reports whether
+// lock is free, passes it to the next live waiter as Release does. It reports whether
 // the waiter was queued.
 func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string) (bool, error) {
 	k := lockKeys(n.pfx(), key)
