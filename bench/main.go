@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	go run . [-suite idgen,lock] [-rounds 5] [-dur 2s]
+//	go run . [-suite idgen,lock] [-rounds 5] [-dur 2s] [-cpuprofile f]
 //
 // Each suite lives in a file of its own and registers itself from init.
 // Servers (redis-server, ZooKeeper) are started on loopback by
@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -36,8 +37,21 @@ func main() {
 		only   = flag.String("suite", "", "comma-separated suites to run (default: all)")
 		rounds = flag.Int("rounds", 5, "rounds per measurement; tables report the median")
 		dur    = flag.Duration("dur", 2*time.Second, "duration of one timed round")
+		prof   = flag.String("cpuprofile", "", "write a CPU profile of the run (this process only, not the servers) to this file")
 	)
 	flag.Parse()
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	env := newEnv(*rounds, *dur)
 	defer env.Close()
 
@@ -61,6 +75,7 @@ func main() {
 	}
 	env.Close()
 	if failed {
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

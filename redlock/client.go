@@ -125,7 +125,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	subCtx, stop := context.WithCancel(context.Background())
 	pipes := make([]*pipe.Pipeliner, n)
 	for i, m := range masters {
-		pipes[i] = pipe.New(m, 0)
+		pipes[i] = pipe.New(m, o.inFlight)
 	}
 	return &Client{
 		masters: slices.Clone(masters),

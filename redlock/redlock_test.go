@@ -36,6 +36,7 @@ func TestNewInvalid(t *testing.T) {
 		{"TTL below minimum", cs[:3], []redlock.Option{redlock.WithDefaultTTL(10 * time.Millisecond)}},
 		{"zero node timeout", cs[:3], []redlock.Option{redlock.WithNodeTimeout(0)}},
 		{"prefix with brace", cs[:3], []redlock.Option{redlock.WithPrefix("a{")}},
+		{"zero in-flight limit", cs[:3], []redlock.Option{redlock.WithInFlight(0)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
