@@ -188,3 +188,60 @@ func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string)
 	}
 	return v == 1, nil
 }
+
+// NodeHandoff describes the outermost release of a hold that gives the lock
+// to another owner in the same step.
+type NodeHandoff struct {
+	// Owner is the releasing owner. Required.
+	Owner string
+	// NewOwner is the owner that holds the lock afterwards. Required.
+	NewOwner string
+	// TTL is the new owner's hold TTL, at least a millisecond.
+	TTL time.Duration
+}
+
+// Outcomes of a hand-off (NodeHandoffResult.Outcome).
+const (
+	// HandedOver: NewOwner holds the lock (one level, a fresh token).
+	HandedOver = 1
+	// HandoffReleased: a waiter of another client was queued, so the lock
+	// was released and passed to it instead, as Release does.
+	HandoffReleased = 0
+	// HandoffNotHeld: Owner did not hold the lock; nothing was done.
+	HandoffNotHeld = -1
+	// HandoffReentered: Owner holds more than one level; nothing was done.
+	HandoffReentered = -2
+)
+
+// NodeHandoffResult is the answer of one hand-off.
+type NodeHandoffResult struct {
+	// Outcome is one of HandedOver, HandoffReleased, HandoffNotHeld,
+	// HandoffReentered.
+	Outcome int
+	// Token is NewOwner's fencing token. Only with HandedOver.
+	Token int64
+}
+
+// Handoff releases Owner's single hold level on key on rdb and makes
+// NewOwner the holder in the same script (handoff.lua): the lock is never
+// free in between, and no waiter is woken. When a live waiter is queued
+// for the key, the lock goes to that waiter instead (HandoffReleased), so
+// hand-offs between one caller's owners never starve the queue.
+func (n Node) Handoff(ctx context.Context, rdb redis.Scripter, key string, h NodeHandoff) (NodeHandoffResult, error) {
+	if h.Owner == "" || h.NewOwner == "" || strings.HasPrefix(h.NewOwner, "\x00") {
+		return NodeHandoffResult{}, fmt.Errorf("%w: hand-off from owner %q to owner %q", ErrInvalid, h.Owner, h.NewOwner)
+	}
+	k := lockKeys(n.pfx(), key)
+	res, err := handoffScript.Run(ctx, rdb, k, h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1),
+		wakePrefix(n.pfx())).Int64Slice()
+	if err != nil {
+		return NodeHandoffResult{}, fmt.Errorf("lock: hand off %q: %w", k[0], err)
+	}
+	switch {
+	case len(res) == 2 && res[0] == HandedOver:
+		return NodeHandoffResult{Outcome: HandedOver, Token: res[1]}, nil
+	case len(res) == 1 && res[0] >= HandoffReentered && res[0] <= HandoffReleased:
+		return NodeHandoffResult{Outcome: int(res[0])}, nil
+	}
+	return NodeHandoffResult{}, fmt.Errorf("lock: hand off %q: unexpected reply %v", k[0], res)
+}

@@ -1,0 +1,100 @@
+package lock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/lock"
+)
+
+// TestNodeHandoff: every outcome of Node.Handoff on a real server.
+func TestNodeHandoff(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := shared.Client(t)
+	n := lock.Node{}
+	key := uniqueKey(t)
+	k := n.Keys(key)
+	acquire := func(owner string, waiter string) lock.NodeResult {
+		t.Helper()
+		r, err := n.Acquire(ctx, rdb, key, lock.NodeAcquire{Owner: owner, TTL: 10 * time.Second, Waiter: waiter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	handoff := func(from, to string) lock.NodeHandoffResult {
+		t.Helper()
+		r, err := n.Handoff(ctx, rdb, key, lock.NodeHandoff{Owner: from, NewOwner: to, TTL: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	holder := func() map[string]string {
+		t.Helper()
+		return rdb.HGetAll(ctx, k.Lock).Val()
+	}
+
+	a := acquire("a", "")
+	if got := handoff("x", "b"); got.Outcome != lock.HandoffNotHeld {
+		t.Fatalf("hand-off by a non-holder: %+v", got)
+	}
+	if h := holder(); h["a"] != "1" || len(h) != 1 {
+		t.Fatalf("after a non-holder's hand-off: %v", h)
+	}
+	got := handoff("a", "b")
+	if got.Outcome != lock.HandedOver || got.Token != a.Token+1 {
+		t.Fatalf("hand-off a→b: %+v, want HandedOver with token %d", got, a.Token+1)
+	}
+	if h := holder(); h["b"] != "1" || len(h) != 1 {
+		t.Fatalf("after a→b: %v", h)
+	}
+	if ttl := rdb.PTTL(ctx, k.Lock).Val(); ttl <= 2*time.Second || ttl > 3*time.Second {
+		t.Fatalf("b's TTL %v, want the hand-off's 3 s", ttl)
+	}
+
+	acquire("b", "") // a second level
+	if got := handoff("b", "c"); got.Outcome != lock.HandoffReentered {
+		t.Fatalf("hand-off of a re-entered hold: %+v", got)
+	}
+	if h := holder(); h["b"] != "2" {
+		t.Fatalf("a refused hand-off changed the hold: %v", h)
+	}
+	if _, err := n.Release(ctx, rdb, key, lock.NodeRelease{Owner: "b", TTL: 10 * time.Second, Request: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A queued waiter of another caller: the hand-off releases instead and
+	// wakes that waiter.
+	sub := rdb.Subscribe(ctx, n.WakeChannel("w"))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := acquire("d", n.WaiterID("w", 1)); r.Held {
+		t.Fatal("d acquired a held lock")
+	}
+	if got := handoff("b", "c"); got.Outcome != lock.HandoffReleased {
+		t.Fatalf("hand-off with a queued waiter: %+v", got)
+	}
+	if h := holder(); len(h) != 0 {
+		t.Fatalf("lock after a hand-off that released: %v", h)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil || msg.Payload != n.WaiterID("w", 1) {
+		t.Fatalf("wake-up: %v, %v", msg, err)
+	}
+
+	for _, h := range []lock.NodeHandoff{{Owner: "", NewOwner: "b"}, {Owner: "a", NewOwner: ""}, {Owner: "a", NewOwner: "\x00grant"}} {
+		if _, err := n.Handoff(ctx, rdb, key, h); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("Handoff(%q → %q): %v, want ErrInvalid", h.Owner, h.NewOwner, err)
+		}
+	}
+
+	// Corrupted state: a hold count that is not a number is an error.
+	rdb.HSet(ctx, k.Lock, "e", "x")
+	if _, err := n.Handoff(ctx, rdb, key, lock.NodeHandoff{Owner: "e", NewOwner: "f", TTL: time.Second}); err == nil || errors.Is(err, lock.ErrInvalid) {
+		t.Fatalf("hand-off of a corrupted hold: %v, want a script error", err)
+	}
+}
