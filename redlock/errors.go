@@ -57,3 +57,12 @@ func (e *NodeError) Unwrap() error { return e.Err }
 
 // errHeldElsewhere is a NodeError's Err when another owner holds the lock.
 var errHeldElsewhere = errors.New("held by another owner")
+
+// errPassed is a NodeError's Err when a hand-off found another client's
+// waiter queued and released the lock to it instead.
+var errPassed = errors.New("released to another client's queued waiter")
+
+// errReentered is a NodeError's Err when a hand-off found the releasing
+// owner holding more than one level (the same owner through another
+// client): nothing was handed over there.
+var errReentered = errors.New("the releasing owner holds more than one level")

@@ -194,6 +194,11 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	h.wd.Stop()
+	if ctx.Err() == nil && h.wd.Err() == nil {
+		if lr := h.place.next(); lr != nil {
+			return c.handOff(ctx, h, lr)
+		}
+	}
 	n := len(c.masters)
 	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.ttl, every(c.o.slowTimeout()), nil, func(out []reply[int64]) bool {
 		held, not := 0, 0

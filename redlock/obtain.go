@@ -73,8 +73,16 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.
 	}
 	var pl *place
 	if wait {
-		if pl, err = c.lines.enter(ctx, key, c.quit); err != nil {
+		var a *attempt
+		if pl, a, err = c.lines.enter(ctx, key, c.quit, owner, o.TTL); err != nil {
+			if a != nil { // handed over as ctx ended: give it back
+				c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, every(c.o.slowTimeout()), nil, nil)
+			}
+			pl.leave()
 			return nil, err
+		}
+		if a != nil { // the previous holder's release handed the lock over
+			return c.newLease(ctx, key, owner, o, *a, pl), nil
 		}
 		// The owner's hold may have begun while this call waited in line
 		// (one owner in two goroutines): a level of it, not an attempt.

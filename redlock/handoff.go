@@ -1,0 +1,149 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+)
+
+// handOff is the outermost release of hold h when lr is next in the key's
+// local line: handoff.lua on every master in parallel, each bounded by the
+// node timeout, releases h's owner and makes lr's owner the holder in one
+// step. It is lr's acquisition round: with a quorum of masters handed over
+// and validity left (lr's TTL − elapsed − drift, from the round's start),
+// and the fencing counters raised where needed, lr's turn carries the
+// attempt and lr holds the lock without a round of its own. Otherwise
+// everything the round may have given lr's owner is released first (the
+// masters that handed over, and those whose answer was lost), and lr's
+// turn tells it to attempt as usual. A master where another client's
+// waiter is queued releases instead and passes the lock to that waiter.
+//
+// It returns Release's result for h: nil if a quorum of masters held h.
+func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
+	key, owner := h.k.key, h.k.owner
+	n := len(c.masters)
+	req := lock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl}
+	start := c.o.now()
+	// A quorum decides a success at once; a failure waits for every answer,
+	// so that its releases cannot overtake a hand-off. A master where h's
+	// owner holds more levels (the same owner through another client)
+	// hands nothing over: one level is released there instead.
+	rs := fanOut(c, ctx, every(c.o.nodeTimeout), nil, func(out []reply[lock.NodeHandoffResult]) bool {
+		got := 0
+		for _, r := range out {
+			if r.done && r.err == nil && r.v.Outcome == lock.HandedOver {
+				got++
+			}
+		}
+		return got >= c.quorum
+	}, nil, func(ctx context.Context, i int, _ redis.UniversalClient) (lock.NodeHandoffResult, error) {
+		r, err := c.node.Handoff(ctx, c.pipes[i], key, req)
+		if err == nil && r.Outcome == lock.HandoffReentered {
+			c.releaseOne(ctx, i, key, owner, h.ttl)
+		}
+		return r, err
+	})
+
+	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n)}
+	held := 0                                // masters where h's owner held the lock
+	notHeld := false                         // a master answered that h's owner did not hold it
+	acq := make([]reply[lock.NodeResult], n) // the round as acquisitions, for raiseFence
+	var errs []error
+	for _, r := range rs {
+		acq[r.i] = reply[lock.NodeResult]{i: r.i, err: r.err, done: r.done}
+		a.missed[r.i] = r.done && (r.err != nil || r.v.Outcome != lock.HandedOver)
+		switch {
+		case !r.done: // not awaited: the round succeeded without it
+		case r.err != nil:
+			a.failed++
+			errs = append(errs, nodeErr(r.err, "handoff"))
+		case r.v.Outcome == lock.HandedOver:
+			held++
+			a.got++
+			a.token = max(a.token, r.v.Token)
+			acq[r.i].v = lock.NodeResult{Held: true, Fresh: true, Token: r.v.Token}
+		case r.v.Outcome == lock.HandoffReleased:
+			held++
+			a.elsewhere++
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "handoff", Err: errPassed})
+		case r.v.Outcome == lock.HandoffReentered:
+			held++
+			a.failed++
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "handoff", Err: errReentered})
+		default:
+			notHeld = true
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "release", Err: lock.ErrNotHeld})
+		}
+	}
+	validity := func() bool { return lr.ttl-c.o.now().Sub(start)-Drift(lr.ttl) > 0 }
+	a.ok = a.got >= c.quorum && validity() && c.raiseFence(ctx, key, acq, a.token) == nil && validity()
+	if a.ok {
+		lr.turn <- turn{a: &a}
+	} else {
+		held += c.undoHandOff(ctx, key, rs, notHeld, lr, h)
+		lr.turn <- turn{}
+	}
+	if held >= c.quorum {
+		return nil
+	}
+	return errors.Join(append([]error{lock.ErrNotHeld}, errs...)...)
+}
+
+// undoHandOff runs the releases of a failed hand-off round rs, before the
+// liner's turn (a release still on its way when it attempts could drop
+// that attempt's level instead): lr's owner is released where the round
+// handed over, or may have (a lost answer, unless some master answered
+// that h's owner did not hold the lock: lr's owner may then hold a level
+// of its own there, through another client); h's owner where its answer
+// was lost. Masters whose answer was not awaited
+// (a quorum handed over but validity or the fence failed) are left to
+// expire. It returns on how many lost masters h's owner turned out to hold
+// the lock.
+func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.NodeHandoffResult], notHeld bool,
+	lr *liner, h *hold) int {
+	lost := func(i int) bool { return rs[i].done && rs[i].err != nil }
+	newOwner := func(i int) bool {
+		return rs[i].done && rs[i].err == nil && rs[i].v.Outcome == lock.HandedOver || lost(i) && !notHeld
+	}
+	oldOwner := lost
+	reqNew, reqOld := c.node.WaiterID(c.id, c.nextSeq()), c.node.WaiterID(c.id, c.nextSeq())
+	out := fanOut(c, context.WithoutCancel(ctx), every(c.o.slowTimeout()),
+		func(i int) bool { return newOwner(i) || oldOwner(i) }, nil, nil,
+		func(ctx context.Context, i int, _ redis.UniversalClient) (bool, error) {
+			var errNew error
+			if newOwner(i) {
+				_, errNew = c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
+					Owner: lr.owner, TTL: lr.ttl, Request: reqNew, Window: c.o.releaseWindow,
+				})
+			}
+			if !oldOwner(i) {
+				return false, errNew
+			}
+			left, err := c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
+				Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow,
+			})
+			return err == nil && left >= 0, errors.Join(errNew, err)
+		})
+	more := 0
+	for _, r := range out {
+		if r.done && r.v {
+			more++
+		}
+	}
+	return more
+}
+
+// releaseOne drops one level of owner's hold on master i, bounded by the
+// slow bound, on a ctx detached from ctx's cancellation. A failure leaves
+// the level to expire.
+func (c *Client) releaseOne(ctx context.Context, i int, key, owner string, ttl time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
+	defer cancel()
+	_, _ = c.node.Release(rctx, c.pipes[i], key, lock.NodeRelease{
+		Owner: owner, TTL: ttl, Request: c.node.WaiterID(c.id, c.nextSeq()), Window: c.o.releaseWindow,
+	})
+}

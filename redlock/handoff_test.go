@@ -1,0 +1,235 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
+)
+
+// inLine starts Obtain of key by owner on c in a goroutine, waits until
+// it is in c's local line behind the holder, and returns its result.
+func inLine(t *testing.T, ctx context.Context, c *redlock.Client, key, owner string) <-chan obtained {
+	t.Helper()
+	out := make(chan obtained, 1)
+	go func() {
+		l, err := c.Obtain(lock.WithOwner(ctx, owner), key)
+		out <- obtained{l, err, time.Now()}
+	}()
+	time.Sleep(50 * time.Millisecond) // in line: it makes no round trip while the holder holds
+	return out
+}
+
+type obtained struct {
+	l   lock.Lease
+	err error
+	at  time.Time
+}
+
+func holders(t *testing.T, ctx context.Context, rdbs []redis.UniversalClient, key string) []map[string]string {
+	t.Helper()
+	node, _ := lock.NewNode(redlock.DefaultPrefix)
+	k := node.Keys(key)
+	out := make([]map[string]string, len(rdbs))
+	for i, r := range rdbs {
+		out[i] = r.HGetAll(ctx, k.Lock).Val()
+	}
+	return out
+}
+
+// TestHandOff: the outermost release of a hold with a goroutine in line
+// makes that goroutine's owner the holder on every master in one script
+// per master; the goroutine holds the lock with no round trip of its own,
+// a larger token and a renewed TTL.
+func TestHandOff(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	var evals testserver.EvalCounter
+	rdbs := dial(t, addrsOf(shared[:3])...)
+	for _, r := range rdbs {
+		for _, s := range lock.Scripts() { // no NOSCRIPT round trips in the count
+			if err := s.Load(ctx, r).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.AddHook(&evals)
+	}
+	c, err := redlock.New(rdbs, redlock.WithDefaultTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
+	next := inLine(t, ctx, c, key, "owner-b")
+	before := evals.N()
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-next
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	b := got.l
+	if n := evals.N() - before; n > 3+2 { // a hand-off per master, at most a fence raise on two
+		t.Fatalf("%d scripts from the release to b holding, want 3 hand-offs", n)
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("b's token %d not above a's %d", b.Token(), a.Token())
+	}
+	time.Sleep(20 * time.Millisecond) // the answers after the quorum
+	for i, h := range holders(t, ctx, dial(t, addrsOf(shared[:3])...), key) {
+		if len(h) != 1 || h["owner-b"] != "1" {
+			t.Fatalf("master %d: %v, want owner-b with one level", i, h)
+		}
+	}
+	// The watchdog renews b's hold past the first TTL.
+	time.Sleep(1500 * time.Millisecond)
+	if err := b.(interface{ Err() error }).Err(); err != nil {
+		t.Fatalf("b's lease after its first TTL: %v", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range holders(t, ctx, dial(t, addrsOf(shared[:3])...), key) {
+		if len(h) != 0 {
+			t.Fatalf("master %d after b's release: %v", i, h)
+		}
+	}
+}
+
+// TestHandOffWithoutQuorum: the releasing hold is gone from two of three
+// masters (expired, or a master restarted empty). The hand-off gives the
+// lock to the next owner on one master only: that is undone, the release
+// reports ErrNotHeld, and the next in line acquires as usual, one level on
+// every master.
+func TestHandOffWithoutQuorum(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	c := newClient(t, shared[:3])
+	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
+	next := inLine(t, ctx, c, key, "owner-b")
+	node, _ := lock.NewNode(redlock.DefaultPrefix)
+	rdbs := dial(t, addrsOf(shared[:3])...)
+	for _, r := range rdbs[1:] {
+		r.Del(ctx, node.Keys(key).Lock)
+	}
+	if err := a.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("release held on one master of three: %v, want ErrNotHeld", err)
+	}
+	got := <-next
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	for i, h := range holders(t, ctx, rdbs, key) {
+		if len(h) != 1 || h["owner-b"] != "1" {
+			t.Fatalf("master %d: %v, want owner-b with one level (the failed hand-off undone)", i, h)
+		}
+	}
+	if err := got.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHandOffEndsWithCtx: the next in line's ctx ends while the hand-off
+// round is on its way (every master 150 ms away). The round gives it the
+// lock, and it gives the lock back: Obtain returns ErrNotObtained with the
+// ctx's error, the masters hold nothing, and the line is free.
+func TestHandOffEndsWithCtx(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	proxies := make([]*testserver.Proxy, 3)
+	addrs := make([]string, 3)
+	for i := range proxies {
+		proxies[i] = testserver.StartProxy(t, shared[i].Addr())
+		addrs[i] = proxies[i].Addr()
+	}
+	c, err := redlock.New(dial(t, addrs...), redlock.WithNodeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := inLine(t, bctx, c, key, "owner-b")
+	for _, p := range proxies {
+		p.SetLatency(75 * time.Millisecond)
+	}
+	time.AfterFunc(60*time.Millisecond, cancel)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-next
+	if !errors.Is(got.err, lock.ErrNotObtained) || !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("Obtain whose ctx ended during the hand-off: %v, %v", got.l, got.err)
+	}
+	for _, p := range proxies {
+		p.SetLatency(0)
+	}
+	for i, h := range holders(t, ctx, dial(t, addrsOf(shared[:3])...), key) {
+		if len(h) != 0 {
+			t.Fatalf("master %d: %v, want the lock given back", i, h)
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	defer wcancel()
+	l, err := c.Obtain(wctx, key) // the line is free
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+}
+
+// TestHandOffYieldsToOtherClients: with another client's waiter queued on
+// the masters, the release does not hand the lock to the next in line: the
+// masters release it and wake that waiter, and both get the lock in turn.
+func TestHandOffYieldsToOtherClients(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	var evals testserver.EvalCounter
+	rdbs := dial(t, addrsOf(shared[:3])...)
+	for _, r := range rdbs {
+		r.AddHook(&evals)
+	}
+	c, err := redlock.New(rdbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	other := newClient(t, shared[:3])
+	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
+	queued := make(chan obtained, 1)
+	go func() {
+		l, err := other.Obtain(ctx, key)
+		if err == nil {
+			time.Sleep(20 * time.Millisecond)
+			err = l.Release(ctx)
+		}
+		queued <- obtained{l, err, time.Now()}
+	}()
+	next := inLine(t, ctx, c, key, "owner-b")
+	before := evals.N()
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-next
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if n := evals.N() - before; n < 6 {
+		t.Fatalf("%d scripts of c from the release to b holding: want the hand-off (released) and b's own attempt", n)
+	}
+	if err := got.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-queued; o.err != nil {
+		t.Fatalf("the other client's waiter: %v", o.err)
+	}
+}
