@@ -7,7 +7,7 @@
 // # Algorithm
 //
 // Every master runs the reentrant hash lock of package lock, through
-// lock.Node: the same Lua scripts (acquire, release, renew, leave), the same
+// lock.Node: the same Lua scripts (acquire, release, handoff, renew, leave), the same
 // key schema and the same targeted wake-ups, so reentrancy and owners work
 // as in package lock (the owner comes from the ctx, lock.WithOwner).
 //
@@ -48,11 +48,21 @@
 // Local line: the goroutines of one Client that Obtain the same key line
 // up in process, first come first served, and only the one at the front
 // attempts (and queues on the masters); it keeps its place until its hold
-// ends (once a quorum answered its outermost release) or is lost, and the
-// next in line then finds the lock free on those masters. A key contended
-// within one process so costs one acquisition and one release per master
-// per critical section, with no split votes between the process's own
-// goroutines. TryObtain and re-entry do not line up; the masters alone
+// ends or is lost. The outermost release of a hold with someone in line
+// hands the lock over: handoff.lua on every master releases the holder and
+// makes the next one's owner the holder in the same script (no moment
+// where the lock is free there, a fresh fencing token). That round is the
+// next one's acquisition: with a quorum handed over and validity left
+// (its TTL − elapsed − drift from the round's start) it holds the lock
+// without a round trip of its own; otherwise what the round may have given
+// it is released (the masters that handed over and those whose answer was
+// lost) and it attempts as usual. A master where another client's waiter
+// is queued does not hand over: it releases the lock and wakes that waiter,
+// as a plain release does, so a process hot on a key does not shut other
+// clients out by hand-offs (it still competes with them for the next
+// round). A key contended within one process so costs one script per
+// master per critical section, with no split votes between the process's
+// own goroutines. TryObtain and re-entry do not line up; the masters alone
 // decide who holds the lock.
 //
 // Extension: the watchdog (package watchdog) renews every TTL/3 with
@@ -65,14 +75,15 @@
 // acquired again by renewals; the lease lives on the others while they are
 // a quorum.
 //
-// Release: the outermost level runs release.lua on every master; inner
-// levels (re-entry through the same Client) are counted locally and cost
-// no round trip.
+// Release: the outermost level runs release.lua on every master (or
+// handoff.lua, see the local line); inner levels (re-entry through the
+// same Client) are counted locally and cost no round trip.
 //
-// Under load a Client pipelines acquisitions and releases per master: while
-// four are in flight to a master, further ones queue and leave together in
-// one pipeline. The node timeout still bounds each caller's wait; a call
-// whose wait ended before its batch left is not sent.
+// Under load a Client pipelines acquisitions, releases and hand-offs per
+// master: while one call or batch is in flight to a master (WithInFlight),
+// further ones queue and leave together in one pipeline. The node timeout
+// still bounds each caller's wait; a call whose wait ended before its
+// batch left is not sent.
 //
 // # Fencing tokens
 //

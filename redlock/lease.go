@@ -164,7 +164,11 @@ func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration
 	return errors.Join(append([]error{ErrNoQuorum}, errs...)...)
 }
 
-// Release drops one level of the hold. The outermost level releases the
+// Release drops one level of the hold. When another goroutine of this
+// Client waits in the key's local line, the outermost level hands the lock
+// over to it (see the package documentation) and returns once that is
+// decided: nil if a quorum of masters held this lease, else an error
+// matching lock.ErrNotHeld. Otherwise the outermost level releases the
 // lock on every master in parallel (each bounded by 20 × the node timeout,
 // at least 100 ms, and by ctx), which wakes the first waiter on each; it
 // returns as soon as a quorum answered alike (the other releases go on in

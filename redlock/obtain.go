@@ -36,7 +36,8 @@ func (c *Client) resolve(key string, opts []lock.Option) (lock.ObtainOptions, er
 // It re-enters a lock the owner already holds through this client (same
 // lease token, no round trip). The goroutines of this client that want the
 // same key wait in a local line (see the package documentation); the one at
-// the front attempts. Waiting is notified: each waiter is queued
+// the front attempts, and a release hands the lock over to the next in
+// line, who then holds it without an attempt of its own. Waiting is notified: each waiter is queued
 // on every master where another owner holds the lock, and the release that
 // frees it there wakes the first waiter through this client's subscription
 // to that master; each wait is also bounded by the holder's remaining TTL
