@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -336,17 +337,18 @@ type reply[T any] struct {
 }
 
 // fanOut runs f on every master i with ok(i) (all if ok is nil) in
-// parallel, each on ctx bounded by timeout(i), and returns the answers
-// (index i; a master without an answer has the zero reply, done false).
-// It returns when every master answered or, earlier, when enough (if not
-// nil) says the answers so far decide the round; an answer that comes
-// after that is passed to late (if not nil) by the goroutine that got it.
-// The results channel is buffered to N, so a goroutine whose answer is no
-// longer awaited does not block: it ends within its timeout (which the
-// masters' clients enforce: ContextTimeoutEnabled), owned by the Client,
-// whose Close waits for it. Once the Client is closed, fanOut waits for
-// every answer.
-func fanOut[T any](c *Client, ctx context.Context, timeout func(i int) time.Duration, ok func(i int) bool,
+// parallel, on one ctx for the round, bounded by timeout, and returns the
+// answers (index i; a master without an answer has the zero reply, done
+// false). It returns when every master answered or, earlier, when enough
+// (if not nil) says the answers so far decide the round; an answer that
+// comes after that is passed to late (if not nil) by the goroutine that
+// got it. The results channel is buffered to N, so a goroutine whose
+// answer is no longer awaited does not block: it ends within the timeout
+// (which the masters' clients enforce: ContextTimeoutEnabled), owned by the
+// Client, whose Close waits for it. The round's ctx is cancelled by the
+// last goroutine to end. Once the Client is closed, fanOut waits for every
+// answer.
+func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok func(i int) bool,
 	enough func(out []reply[T]) bool, late func(i int, v T, err error),
 	f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) []reply[T] {
 	n := len(c.masters)
@@ -366,6 +368,17 @@ func fanOut[T any](c *Client, ctx context.Context, timeout func(i int) time.Dura
 		c.bg.Add(sent) // before Close's Wait: closed is set under mu
 	}
 	c.mu.Unlock()
+	if sent == 0 {
+		return out
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	var running atomic.Int32
+	running.Store(int32(sent))
+	end := func() { // the last goroutine to end cancels the round's ctx
+		if running.Add(-1) == 0 {
+			cancel()
+		}
+	}
 	ch := make(chan reply[T], n)
 	var mu sync.Mutex // protects decided; held while a goroutine sends, so no answer is missed
 	decided := false
@@ -377,9 +390,8 @@ func fanOut[T any](c *Client, ctx context.Context, timeout func(i int) time.Dura
 			if detach {
 				defer c.bg.Done()
 			}
-			nctx, cancel := context.WithTimeout(ctx, timeout(i))
-			defer cancel()
-			v, err := f(nctx, i, m)
+			v, err := f(rctx, i, m)
+			end()
 			if err != nil {
 				err = &NodeError{Node: i, Addr: c.addrs[i], Err: err}
 			}
@@ -413,9 +425,6 @@ func fanOut[T any](c *Client, ctx context.Context, timeout func(i int) time.Dura
 	mu.Unlock()
 	return out
 }
-
-// every returns the same timeout for every master.
-func every(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
 
 // nodeErr sets the operation of a fanOut error.
 func nodeErr(err error, op string) error {

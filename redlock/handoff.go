@@ -32,7 +32,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// so that its releases cannot overtake a hand-off. A master where h's
 	// owner holds more levels (the same owner through another client)
 	// hands nothing over: one level is released there instead.
-	rs := fanOut(c, ctx, every(c.o.nodeTimeout), nil, func(out []reply[lock.NodeHandoffResult]) bool {
+	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[lock.NodeHandoffResult]) bool {
 		got := 0
 		for _, r := range out {
 			if r.done && r.err == nil && r.v.Outcome == lock.HandedOver {
@@ -111,7 +111,7 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.No
 	}
 	oldOwner := lost
 	reqNew, reqOld := c.node.WaiterID(c.id, c.nextSeq()), c.node.WaiterID(c.id, c.nextSeq())
-	out := fanOut(c, context.WithoutCancel(ctx), every(c.o.slowTimeout()),
+	out := fanOut(c, context.WithoutCancel(ctx), c.o.slowTimeout(),
 		func(i int) bool { return newOwner(i) || oldOwner(i) }, nil, nil,
 		func(ctx context.Context, i int, _ redis.UniversalClient) (bool, error) {
 			var errNew error

@@ -79,7 +79,7 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 	if h := c.holds[k]; h != nil && h.wd.Err() == nil && !c.closed {
 		h.levels++
 		c.mu.Unlock()
-		c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, every(c.o.slowTimeout()), nil, nil)
+		c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, c.o.slowTimeout(), nil, nil)
 		pl.leave()
 		return &lease{c: c, h: h}
 	}
@@ -125,7 +125,7 @@ func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start ti
 // and otherwise an error joining ErrNoQuorum with the masters' errors.
 func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration) error {
 	n := len(c.masters)
-	rs := fanOut(c, ctx, every(c.o.slowTimeout()), nil, func(out []reply[bool]) bool {
+	rs := fanOut(c, ctx, c.o.slowTimeout(), nil, func(out []reply[bool]) bool {
 		ok, notHeld := 0, 0
 		for _, r := range out {
 			switch {
@@ -204,7 +204,7 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 	}
 	n := len(c.masters)
-	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.ttl, every(c.o.slowTimeout()), nil, func(out []reply[int64]) bool {
+	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.ttl, c.o.slowTimeout(), nil, func(out []reply[int64]) bool {
 		held, not := 0, 0
 		for _, r := range out {
 			switch {

@@ -77,7 +77,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.
 		var a *attempt
 		if pl, a, err = c.lines.enter(ctx, key, c.quit, owner, o.TTL); err != nil {
 			if a != nil { // handed over as ctx ended: give it back
-				c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, every(c.o.slowTimeout()), nil, nil)
+				c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, c.o.slowTimeout(), nil, nil)
 			}
 			pl.leave()
 			return nil, err
@@ -251,7 +251,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 			}
 		}
 	}
-	rs := fanOut(c, ctx, every(c.o.nodeTimeout), nil, func(out []reply[lock.NodeResult]) bool {
+	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[lock.NodeResult]) bool {
 		got := 0
 		for _, r := range out {
 			if r.done && r.err == nil && r.v.Held {
@@ -309,7 +309,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	// All of it before the next attempt, each master bounded by the slow
 	// bound: a release still queued on a master when the next attempt of
 	// the same owner arrives could drop that attempt's level instead.
-	c.releaseOn(context.WithoutCancel(ctx), key, owner, ttl, every(c.o.slowTimeout()), func(i int) bool {
+	c.releaseOn(context.WithoutCancel(ctx), key, owner, ttl, c.o.slowTimeout(), func(i int) bool {
 		if rs[i].err != nil {
 			return !reentry
 		}
@@ -335,7 +335,7 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 		return nil
 	}
 	fence := c.node.Keys(key).Fence
-	raised := fanOut(c, ctx, every(c.o.nodeTimeout),
+	raised := fanOut(c, ctx, c.o.nodeTimeout,
 		func(i int) bool { return rs[i].err == nil && rs[i].v.Held && rs[i].v.Token < t }, nil, nil,
 		func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 			return raiseFenceScript.Run(ctx, rdb, []string{fence}, t).Int64()
@@ -355,13 +355,11 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 	return errors.Join(append([]error{ErrFence}, errs...)...)
 }
 
-// releaseOn releases one level of owner's hold on the masters with on(i),
-// in parallel, each bounded by timeout(i) and ctx. (After a failed attempt, masters that answered get the
-// slow bound and the others, likely slow or unreachable, the node timeout:
-// a hold that a release does not reach expires after the TTL.) It returns
-// the answers.
+// releaseOn releases one level of owner's hold on the masters with on(i)
+// (all if on is nil), in parallel, bounded by timeout and ctx; a hold that
+// a release does not reach expires after the TTL. It returns the answers.
 func (c *Client) releaseOn(ctx context.Context, key, owner string, ttl time.Duration,
-	timeout func(i int) time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
+	timeout time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
 	req := c.node.WaiterID(c.id, c.nextSeq())
 	return fanOut(c, ctx, timeout, on, enough, nil,
 		func(ctx context.Context, i int, _ redis.UniversalClient) (int64, error) {
@@ -384,7 +382,7 @@ func (c *Client) leave(ctx context.Context, key, waiter string, queued bool) {
 // waiting for the answers (the Client owns the round trips).
 func (c *Client) leaveOn(ctx context.Context, key, waiter string, on []bool) {
 	// A failure leaves the entry to be skipped after the waiter timeout.
-	fanOut(c, context.WithoutCancel(ctx), every(c.o.slowTimeout()), func(i int) bool { return on == nil || on[i] },
+	fanOut(c, context.WithoutCancel(ctx), c.o.slowTimeout(), func(i int) bool { return on == nil || on[i] },
 		func([]reply[bool]) bool { return true }, nil,
 		func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
 			return c.node.Leave(ctx, rdb, key, waiter)
