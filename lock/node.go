@@ -21,6 +21,7 @@ import (
 // DefaultPrefix.
 type Node struct {
 	prefix string
+	wake   string // wakePrefix(prefix), set by NewNode
 }
 
 // NewNode returns a Node whose keys and channels start with prefix
@@ -30,7 +31,9 @@ func NewNode(prefix string) (Node, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return Node{}, fmt.Errorf("%w: key prefix %q contains a brace", ErrInvalid, prefix)
 	}
-	return Node{prefix: prefix}, nil
+	n := Node{prefix: prefix}
+	n.wake = n.wakePfx()
+	return n, nil
 }
 
 func (n Node) pfx() string {
@@ -38,6 +41,14 @@ func (n Node) pfx() string {
 		return DefaultPrefix
 	}
 	return n.prefix
+}
+
+// wakePfx returns the prefix of the wake-up channels, made once by NewNode.
+func (n Node) wakePfx() string {
+	if n.wake == "" {
+		return wakePrefix(n.pfx())
+	}
+	return n.wake
 }
 
 // NodeKeys are the Redis keys of one lock (see the key schema in the
@@ -58,7 +69,7 @@ func (n Node) Keys(key string) NodeKeys {
 // WakeChannel returns the Pub/Sub channel on which releases wake the
 // waiters of the client with id clientID. Subscribe to it before queueing
 // any waiter made by WaiterID(clientID, …).
-func (n Node) WakeChannel(clientID string) string { return wakePrefix(n.pfx()) + clientID }
+func (n Node) WakeChannel(clientID string) string { return n.wakePfx() + clientID }
 
 // WaiterID returns the id of a client's seq-th waiter: "<clientID>:<seq>".
 // A release that frees the lock publishes this id on
@@ -118,7 +129,7 @@ func (n Node) Acquire(ctx context.Context, rdb redis.Scripter, key string, a Nod
 	}
 	k := lockKeys(n.pfx(), key)
 	res, err := acquireScript.Run(ctx, rdb, k, a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
-		a.WaiterTimeout.Milliseconds(), wakePrefix(n.pfx()), queued).Slice()
+		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued).Slice()
 	if err != nil {
 		return NodeResult{}, fmt.Errorf("lock: obtain %q: %w", k[0], err)
 	}
@@ -159,7 +170,7 @@ func (n Node) Release(ctx context.Context, rdb redis.Scripter, key string, r Nod
 	}
 	k := lockKeys(n.pfx(), key)
 	left, err := releaseScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1]},
-		r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), wakePrefix(n.pfx())).Int64()
+		r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("lock: release %q: %w", k[0], err)
 	}
@@ -182,7 +193,7 @@ func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner string, 
 // the waiter was queued.
 func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string) (bool, error) {
 	k := lockKeys(n.pfx(), key)
-	v, err := leaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1]}, waiter, wakePrefix(n.pfx())).Int64()
+	v, err := leaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1]}, waiter, n.wakePfx()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: leave %q: %w", k[0], err)
 	}
@@ -233,7 +244,7 @@ func (n Node) Handoff(ctx context.Context, rdb redis.Scripter, key string, h Nod
 	}
 	k := lockKeys(n.pfx(), key)
 	res, err := handoffScript.Run(ctx, rdb, k, h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1),
-		wakePrefix(n.pfx())).Int64Slice()
+		n.wakePfx()).Int64Slice()
 	if err != nil {
 		return NodeHandoffResult{}, fmt.Errorf("lock: hand off %q: %w", k[0], err)
 	}
