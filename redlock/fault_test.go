@@ -101,10 +101,35 @@ func TestBlackholedMaster(t *testing.T) {
 	}
 	t.Logf("slowest acquisition with a black-holed master: %v (node timeout %v)", worst, nodeTimeout)
 
+	// A hand-off in the local line does not wait for the black-holed
+	// master either: the next in line holds the lock once a quorum handed
+	// it over.
+	key := uniqueKey(t)
+	a := mustObtain(t, ctx, c, key)
+	next := make(chan error, 1)
+	go func() {
+		l, err := c.Obtain(ctx, key)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		next <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // in line
+	start := time.Now()
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("release with one master black-holed: %v", err)
+	}
+	if err := <-next; err != nil {
+		t.Fatalf("the next in line with one master black-holed: %v", err)
+	}
+	if d := time.Since(start); d > 2*(nodeTimeout+margin) {
+		t.Fatalf("hand-off and the next one's release took %v with the node timeout %v", d, nodeTimeout)
+	}
+
 	// A second black-holed master still leaves a quorum of 3.
 	rs[0].Pause()
 	defer rs[0].Resume()
-	start := time.Now()
+	start = time.Now()
 	l, err := c.TryObtain(ctx, uniqueKey(t))
 	if err != nil {
 		t.Fatalf("TryObtain with 2 of 5 masters unresponsive: %v", err)
