@@ -110,10 +110,35 @@ type NodeResult struct {
 	Wait time.Duration
 }
 
+// AsyncScripter runs a Lua script without waiting for it: fn gets the
+// answer, once, as Script.Run would have returned it, from any goroutine.
+// fn does not block. (Package redlock passes its per-master pipeliners.)
+type AsyncScripter interface {
+	Go(ctx context.Context, s *redis.Script, keys []string, args []any, fn func(*redis.Cmd))
+}
+
 // Acquire runs one acquisition (acquire.lua) of key on rdb, in one round
 // trip. It returns the Redis error, wrapped, if the script failed; a lock
 // held by another owner is a NodeResult without Held, not an error.
 func (n Node) Acquire(ctx context.Context, rdb redis.Scripter, key string, a NodeAcquire) (NodeResult, error) {
+	keys, args, err := n.acquireArgs(key, a)
+	if err != nil {
+		return NodeResult{}, err
+	}
+	return parseAcquire(keys[0], acquireScript.Run(ctx, rdb, keys, args...))
+}
+
+// AcquireGo is Acquire without waiting: fn gets its result.
+func (n Node) AcquireGo(ctx context.Context, rdb AsyncScripter, key string, a NodeAcquire, fn func(NodeResult, error)) {
+	keys, args, err := n.acquireArgs(key, a)
+	if err != nil {
+		fn(NodeResult{}, err)
+		return
+	}
+	rdb.Go(ctx, acquireScript, keys, args, func(cmd *redis.Cmd) { fn(parseAcquire(keys[0], cmd)) })
+}
+
+func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 	if a.WaiterTimeout <= 0 {
 		a.WaiterTimeout = DefaultWaiterTimeout
 	}
@@ -125,16 +150,19 @@ func (n Node) Acquire(ctx context.Context, rdb redis.Scripter, key string, a Nod
 		queued = "1"
 	}
 	if strings.Contains(a.Waiter, "|") || strings.HasPrefix(a.Owner, "\x00") {
-		return NodeResult{}, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
+		return nil, nil, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
 	}
-	k := lockKeys(n.pfx(), key)
-	res, err := acquireScript.Run(ctx, rdb, k, a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
-		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued).Slice()
+	return lockKeys(n.pfx(), key), []any{a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
+		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued}, nil
+}
+
+func parseAcquire(lockKey string, cmd *redis.Cmd) (NodeResult, error) {
+	res, err := cmd.Slice()
 	if err != nil {
-		return NodeResult{}, fmt.Errorf("lock: obtain %q: %w", k[0], err)
+		return NodeResult{}, fmt.Errorf("lock: obtain %q: %w", lockKey, err)
 	}
 	if len(res) < 2 {
-		return NodeResult{}, fmt.Errorf("lock: obtain %q: unexpected reply %v", k[0], res)
+		return NodeResult{}, fmt.Errorf("lock: obtain %q: unexpected reply %v", lockKey, res)
 	}
 	st, _ := res[0].(int64)
 	v, _ := res[1].(int64)
@@ -165,14 +193,29 @@ type NodeRelease struct {
 // client's wake-up channel. It returns the levels left (0: freed), or -1 if the
 // owner did not hold the lock.
 func (n Node) Release(ctx context.Context, rdb redis.Scripter, key string, r NodeRelease) (int64, error) {
+	keys, args := n.releaseArgs(key, r)
+	return parseRelease(keys[0], releaseScript.Run(ctx, rdb, keys, args...))
+}
+
+// ReleaseGo is Release without waiting: fn gets its result.
+func (n Node) ReleaseGo(ctx context.Context, rdb AsyncScripter, key string, r NodeRelease, fn func(int64, error)) {
+	keys, args := n.releaseArgs(key, r)
+	rdb.Go(ctx, releaseScript, keys, args, func(cmd *redis.Cmd) { fn(parseRelease(keys[0], cmd)) })
+}
+
+func (n Node) releaseArgs(key string, r NodeRelease) ([]string, []any) {
 	if r.Window <= 0 {
 		r.Window = DefaultReleaseWindow
 	}
 	k := lockKeys(n.pfx(), key)
-	left, err := releaseScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1]},
-		r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx()).Int64()
+	return []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1]},
+		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx()}
+}
+
+func parseRelease(lockKey string, cmd *redis.Cmd) (int64, error) {
+	left, err := cmd.Int64()
 	if err != nil {
-		return 0, fmt.Errorf("lock: release %q: %w", k[0], err)
+		return 0, fmt.Errorf("lock: release %q: %w", lockKey, err)
 	}
 	return left, nil
 }
@@ -239,14 +282,34 @@ type NodeHandoffResult struct {
 // for the key, the lock goes to that waiter instead (HandoffReleased), so
 // hand-offs between one caller's owners never starve the queue.
 func (n Node) Handoff(ctx context.Context, rdb redis.Scripter, key string, h NodeHandoff) (NodeHandoffResult, error) {
-	if h.Owner == "" || h.NewOwner == "" || strings.HasPrefix(h.NewOwner, "\x00") {
-		return NodeHandoffResult{}, fmt.Errorf("%w: hand-off from owner %q to owner %q", ErrInvalid, h.Owner, h.NewOwner)
-	}
-	k := lockKeys(n.pfx(), key)
-	res, err := handoffScript.Run(ctx, rdb, k, h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1),
-		n.wakePfx()).Int64Slice()
+	keys, args, err := n.handoffArgs(key, h)
 	if err != nil {
-		return NodeHandoffResult{}, fmt.Errorf("lock: hand off %q: %w", k[0], err)
+		return NodeHandoffResult{}, err
+	}
+	return parseHandoff(keys[0], handoffScript.Run(ctx, rdb, keys, args...))
+}
+
+// HandoffGo is Handoff without waiting: fn gets its result.
+func (n Node) HandoffGo(ctx context.Context, rdb AsyncScripter, key string, h NodeHandoff, fn func(NodeHandoffResult, error)) {
+	keys, args, err := n.handoffArgs(key, h)
+	if err != nil {
+		fn(NodeHandoffResult{}, err)
+		return
+	}
+	rdb.Go(ctx, handoffScript, keys, args, func(cmd *redis.Cmd) { fn(parseHandoff(keys[0], cmd)) })
+}
+
+func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {
+	if h.Owner == "" || h.NewOwner == "" || strings.HasPrefix(h.NewOwner, "\x00") {
+		return nil, nil, fmt.Errorf("%w: hand-off from owner %q to owner %q", ErrInvalid, h.Owner, h.NewOwner)
+	}
+	return lockKeys(n.pfx(), key), []any{h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1), n.wakePfx()}, nil
+}
+
+func parseHandoff(lockKey string, cmd *redis.Cmd) (NodeHandoffResult, error) {
+	res, err := cmd.Int64Slice()
+	if err != nil {
+		return NodeHandoffResult{}, fmt.Errorf("lock: hand off %q: %w", lockKey, err)
 	}
 	switch {
 	case len(res) == 2 && res[0] == HandedOver:
@@ -254,5 +317,5 @@ func (n Node) Handoff(ctx context.Context, rdb redis.Scripter, key string, h Nod
 	case len(res) == 1 && res[0] >= HandoffReentered && res[0] <= HandoffReleased:
 		return NodeHandoffResult{Outcome: int(res[0])}, nil
 	}
-	return NodeHandoffResult{}, fmt.Errorf("lock: hand off %q: unexpected reply %v", k[0], res)
+	return NodeHandoffResult{}, fmt.Errorf("lock: hand off %q: unexpected reply %v", lockKey, res)
 }

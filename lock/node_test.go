@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -96,5 +97,57 @@ func TestNodeHandoff(t *testing.T) {
 	rdb.HSet(ctx, k.Lock, "e", "x")
 	if _, err := n.Handoff(ctx, rdb, key, lock.NodeHandoff{Owner: "e", NewOwner: "f", TTL: time.Second}); err == nil || errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("hand-off of a corrupted hold: %v, want a script error", err)
+	}
+}
+
+// TestNodeGo: the asynchronous forms through a pipeliner answer as the
+// blocking ones do; bad input is answered at once with ErrInvalid.
+func TestNodeGo(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := shared.Client(t)
+	p := pipe.New(rdb, 1)
+	defer p.Close()
+	n := lock.Node{}
+	key := uniqueKey(t)
+	acq := make(chan lock.NodeResult, 1)
+	n.AcquireGo(ctx, p, key, lock.NodeAcquire{Owner: "a", TTL: 5 * time.Second}, func(r lock.NodeResult, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		acq <- r
+	})
+	a := <-acq
+	if !a.Held || !a.Fresh {
+		t.Fatalf("AcquireGo: %+v", a)
+	}
+	ho := make(chan lock.NodeHandoffResult, 1)
+	n.HandoffGo(ctx, p, key, lock.NodeHandoff{Owner: "a", NewOwner: "b", TTL: 5 * time.Second}, func(r lock.NodeHandoffResult, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		ho <- r
+	})
+	if r := <-ho; r.Outcome != lock.HandedOver || r.Token != a.Token+1 {
+		t.Fatalf("HandoffGo: %+v", r)
+	}
+	rel := make(chan int64, 1)
+	n.ReleaseGo(ctx, p, key, lock.NodeRelease{Owner: "b", TTL: 5 * time.Second, Request: "go1"}, func(left int64, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		rel <- left
+	})
+	if left := <-rel; left != 0 {
+		t.Fatalf("ReleaseGo: %d levels left, want 0", left)
+	}
+	var invalid error
+	n.AcquireGo(ctx, p, key, lock.NodeAcquire{Owner: "\x00x", TTL: time.Second}, func(_ lock.NodeResult, err error) { invalid = err })
+	if !errors.Is(invalid, lock.ErrInvalid) {
+		t.Fatalf("AcquireGo with a NUL owner: %v", invalid)
+	}
+	invalid = nil
+	n.HandoffGo(ctx, p, key, lock.NodeHandoff{Owner: "", NewOwner: "b"}, func(_ lock.NodeHandoffResult, err error) { invalid = err })
+	if !errors.Is(invalid, lock.ErrInvalid) {
+		t.Fatalf("HandoffGo without an owner: %v", invalid)
 	}
 }

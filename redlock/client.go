@@ -336,21 +336,23 @@ type reply[T any] struct {
 	done bool // answered (v or err) before fanOut returned
 }
 
-// fanOut runs f on every master i with ok(i) (all if ok is nil) in
-// parallel, on one ctx for the round, bounded by timeout, and returns the
-// answers (index i; a master without an answer has the zero reply, done
-// false). It returns when every master answered or, earlier, when enough
-// (if not nil) says the answers so far decide the round; an answer that
-// comes after that is passed to late (if not nil) by the goroutine that
-// got it. The results channel is buffered to N, so a goroutine whose
-// answer is no longer awaited does not block: it ends within the timeout
-// (which the masters' clients enforce: ContextTimeoutEnabled), owned by the
+// fanOut starts f on every master i with ok(i) (all if ok is nil), on one
+// ctx for the round, bounded by timeout, and returns the answers (index i;
+// a master without an answer has the zero reply, done false). f passes its
+// answer to done, once, without blocking on other masters: a call through
+// the master's pipeliner (lock.Node's ...Go methods) costs no goroutine
+// while it queues; a blocking call is wrapped by blocking. fanOut returns
+// when every master answered or, earlier, when enough (if not nil) says
+// the answers so far decide the round; an answer that comes after that is
+// passed to late (if not nil) on a goroutine of its own. The results
+// channel is buffered to N, so an answer no longer awaited never blocks
+// the goroutine that delivers it; the call ends within the timeout (which
+// the masters' clients enforce: ContextTimeoutEnabled), owned by the
 // Client, whose Close waits for it. The round's ctx is cancelled by the
-// last goroutine to end. Once the Client is closed, fanOut waits for every
-// answer.
+// last answer. Once the Client is closed, fanOut waits for every answer.
 func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok func(i int) bool,
 	enough func(out []reply[T]) bool, late func(i int, v T, err error),
-	f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) []reply[T] {
+	f func(ctx context.Context, i int, done func(T, error))) []reply[T] {
 	n := len(c.masters)
 	out := make([]reply[T], n)
 	for i := range out {
@@ -374,23 +376,19 @@ func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok fun
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	var running atomic.Int32
 	running.Store(int32(sent))
-	end := func() { // the last goroutine to end cancels the round's ctx
+	end := func() { // the last answer cancels the round's ctx
 		if running.Add(-1) == 0 {
 			cancel()
 		}
 	}
 	ch := make(chan reply[T], n)
-	var mu sync.Mutex // protects decided; held while a goroutine sends, so no answer is missed
+	var mu sync.Mutex // protects decided; held while an answer is sent, so none is missed
 	decided := false
-	for i, m := range c.masters {
+	for i := range c.masters {
 		if ok != nil && !ok(i) {
 			continue
 		}
-		go func() { // owned by fanOut while it waits, then by the Client (bg)
-			if detach {
-				defer c.bg.Done()
-			}
-			v, err := f(rctx, i, m)
+		f(rctx, i, func(v T, err error) { // owned by fanOut while it waits, then by the Client (bg)
 			end()
 			if err != nil {
 				err = &NodeError{Node: i, Addr: c.addrs[i], Err: err}
@@ -399,13 +397,23 @@ func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok fun
 			if !decided {
 				ch <- reply[T]{i: i, v: v, err: err}
 				mu.Unlock()
+				if detach {
+					c.bg.Done()
+				}
 				return
 			}
 			mu.Unlock()
-			if late != nil {
-				late(i, v, err)
+			if late == nil {
+				if detach {
+					c.bg.Done()
+				}
+				return
 			}
-		}()
+			go func() { // still counted in bg (decided implies detach)
+				defer c.bg.Done()
+				late(i, v, err)
+			}()
+		})
 	}
 	for range sent {
 		r := <-ch
@@ -424,6 +432,14 @@ func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok fun
 	}
 	mu.Unlock()
 	return out
+}
+
+// blocking adapts a blocking call on master i (its client rdb) to fanOut:
+// it runs on a goroutine of its own.
+func blocking[T any](c *Client, f func(ctx context.Context, i int, rdb redis.UniversalClient) (T, error)) func(context.Context, int, func(T, error)) {
+	return func(ctx context.Context, i int, done func(T, error)) {
+		go func() { done(f(ctx, i, c.masters[i])) }() // owned by the round: done is counted in bg
+	}
 }
 
 // nodeErr sets the operation of a fanOut error.

@@ -31,7 +31,8 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// A quorum decides a success at once; a failure waits for every answer,
 	// so that its releases cannot overtake a hand-off. A master where h's
 	// owner holds more levels (the same owner through another client)
-	// hands nothing over: one level is released there instead.
+	// hands nothing over: one level is released there instead (below, or
+	// in late for an answer after the decision).
 	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[lock.NodeHandoffResult]) bool {
 		got := 0
 		for _, r := range out {
@@ -40,13 +41,18 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 			}
 		}
 		return got >= c.quorum
-	}, nil, func(ctx context.Context, i int, _ redis.UniversalClient) (lock.NodeHandoffResult, error) {
-		r, err := c.node.Handoff(ctx, c.pipes[i], key, req)
-		if err == nil && r.Outcome == lock.HandoffReentered {
+	}, func(i int, v lock.NodeHandoffResult, err error) {
+		if err == nil && v.Outcome == lock.HandoffReentered {
 			c.releaseOne(ctx, i, key, owner, h.ttl)
 		}
-		return r, err
+	}, func(ctx context.Context, i int, done func(lock.NodeHandoffResult, error)) {
+		c.node.HandoffGo(ctx, c.pipes[i], key, req, done)
 	})
+	for _, r := range rs {
+		if r.done && r.err == nil && r.v.Outcome == lock.HandoffReentered {
+			c.releaseOne(ctx, r.i, key, owner, h.ttl)
+		}
+	}
 
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n)}
 	held := 0                                // masters where h's owner held the lock
@@ -113,7 +119,7 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.No
 	reqNew, reqOld := c.node.WaiterID(c.id, c.nextSeq()), c.node.WaiterID(c.id, c.nextSeq())
 	out := fanOut(c, context.WithoutCancel(ctx), c.o.slowTimeout(),
 		func(i int) bool { return newOwner(i) || oldOwner(i) }, nil, nil,
-		func(ctx context.Context, i int, _ redis.UniversalClient) (bool, error) {
+		blocking(c, func(ctx context.Context, i int, _ redis.UniversalClient) (bool, error) {
 			var errNew error
 			if newOwner(i) {
 				_, errNew = c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
@@ -127,7 +133,7 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.No
 				Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow,
 			})
 			return err == nil && left >= 0, errors.Join(errNew, err)
-		})
+		}))
 	more := 0
 	for _, r := range out {
 		if r.done && r.v {

@@ -137,9 +137,9 @@ func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration
 			}
 		}
 		return ok >= c.quorum || notHeld > n-c.quorum
-	}, nil, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+	}, nil, blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
 		return c.node.Renew(ctx, rdb, key, owner, ttl)
-	})
+	}))
 	ok, notHeld := 0, 0
 	var errs []error
 	for _, r := range rs {

@@ -259,8 +259,8 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 			}
 		}
 		return got >= c.quorum
-	}, late, func(ctx context.Context, i int, _ redis.UniversalClient) (lock.NodeResult, error) {
-		return c.node.Acquire(ctx, c.pipes[i], key, req)
+	}, late, func(ctx context.Context, i int, done func(lock.NodeResult, error)) {
+		c.node.AcquireGo(ctx, c.pipes[i], key, req, done)
 	})
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs))}
 	var errs []error
@@ -337,9 +337,9 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 	fence := c.node.Keys(key).Fence
 	raised := fanOut(c, ctx, c.o.nodeTimeout,
 		func(i int) bool { return rs[i].err == nil && rs[i].v.Held && rs[i].v.Token < t }, nil, nil,
-		func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
+		blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
 			return raiseFenceScript.Run(ctx, rdb, []string{fence}, t).Int64()
-		})
+		}))
 	var errs []error
 	for _, r := range raised {
 		switch {
@@ -362,10 +362,10 @@ func (c *Client) releaseOn(ctx context.Context, key, owner string, ttl time.Dura
 	timeout time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
 	req := c.node.WaiterID(c.id, c.nextSeq())
 	return fanOut(c, ctx, timeout, on, enough, nil,
-		func(ctx context.Context, i int, _ redis.UniversalClient) (int64, error) {
-			return c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
+		func(ctx context.Context, i int, done func(int64, error)) {
+			c.node.ReleaseGo(ctx, c.pipes[i], key, lock.NodeRelease{
 				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow,
-			})
+			}, done)
 		})
 }
 
@@ -384,9 +384,9 @@ func (c *Client) leaveOn(ctx context.Context, key, waiter string, on []bool) {
 	// A failure leaves the entry to be skipped after the waiter timeout.
 	fanOut(c, context.WithoutCancel(ctx), c.o.slowTimeout(), func(i int) bool { return on == nil || on[i] },
 		func([]reply[bool]) bool { return true }, nil,
-		func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+		blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
 			return c.node.Leave(ctx, rdb, key, waiter)
-		})
+		}))
 }
 
 // leaveOne takes a waiter out of the queue on master i.

@@ -15,7 +15,9 @@
 // else by the client's read timeout.
 //
 // Only EVALSHA is batched; EVAL (Script.Run's fallback after NOSCRIPT) and
-// the other Scripter methods go straight to the client.
+// the other Scripter methods go straight to the client. Go is the
+// asynchronous form: the answer goes to a function, and a queued call
+// costs no goroutine.
 package pipe
 
 import (
@@ -44,7 +46,9 @@ type Pipeliner struct {
 	mu       sync.Mutex // protects the fields below
 	inFlight int
 	queue    []*call
-	closed   bool // no more goroutines: queued batches go out from their callers
+	closed   bool        // no more goroutines: queued batches go out from their callers
+	sweep    *time.Timer // takes out queued Go calls whose deadline passed; nil until needed
+	sweepAt  time.Time   // when sweep fires; zero if it is not armed
 }
 
 type call struct {
@@ -53,7 +57,23 @@ type call struct {
 	keys []string
 	args []any
 	cmd  *redis.Cmd
-	done chan struct{} // closed when cmd has its answer
+	done chan struct{} // EvalSha: closed when cmd has its answer
+
+	// Go: called with the answer, and the script for the EVAL fallback.
+	fn     func(*redis.Cmd)
+	script *redis.Script
+}
+
+// finish hands c its answer (c.cmd).
+func (c *call) finish(p *Pipeliner) {
+	if c.fn == nil {
+		close(c.done)
+		return
+	}
+	if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") { // as Script.Run: once per script and server
+		c.cmd = c.script.Eval(c.ctx, p.rdb, c.keys, c.args...)
+	}
+	c.fn(c.cmd)
 }
 
 var _ redis.Scripter = (*Pipeliner)(nil)
@@ -97,6 +117,93 @@ func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, arg
 	p.mu.Unlock()
 	<-c.done // its batch has left: wait for the answer
 	return c.cmd
+}
+
+// Go runs script s with keys and args as s.Run(ctx, p, keys, args...)
+// would, without waiting: fn gets the answer, called once from another
+// goroutine (or, after Close, from this one). fn must not block: it runs
+// on the goroutine that sends the batches. A call that finds fewer than
+// the limit in flight leaves at once on a goroutine of its own; one that
+// queues costs no goroutine. A queued call is taken out, never sent, and
+// fn gets the ctx's error when its deadline passes (one timer per
+// Pipeliner watches the earliest) or, at the latest, when its batch would
+// leave after its ctx ended; a cancelled ctx without a deadline is only
+// seen then. Once its batch has left, fn gets its answer.
+func (p *Pipeliner) Go(ctx context.Context, s *redis.Script, keys []string, args []any, fn func(*redis.Cmd)) {
+	c := &call{ctx: ctx, sha: s.Hash(), keys: keys, args: args, fn: fn, script: s}
+	p.mu.Lock()
+	if p.inFlight < p.limit {
+		p.inFlight++
+		if p.closed { // from here: Close has stopped waiting for goroutines
+			p.mu.Unlock()
+			p.drain([]*call{c})
+			return
+		}
+		p.wg.Add(1) // under mu and before Close sets closed: Close's Wait sees it
+		p.mu.Unlock()
+		go func() {
+			defer p.wg.Done()
+			p.drain([]*call{c})
+		}()
+		return
+	}
+	if d, ok := ctx.Deadline(); ok && (p.sweepAt.IsZero() || d.Before(p.sweepAt)) {
+		p.armSweep(d)
+	}
+	p.queue = append(p.queue, c)
+	p.mu.Unlock()
+}
+
+// armSweep makes the sweep run at at; mu must be held.
+func (p *Pipeliner) armSweep(at time.Time) {
+	p.sweepAt = at
+	if p.sweep == nil {
+		p.sweep = time.AfterFunc(time.Until(at), p.sweepQueue)
+		return
+	}
+	p.sweep.Reset(time.Until(at))
+}
+
+// sweepQueue takes out the queued Go calls whose ctx ended or whose
+// deadline passed, answers them with the ctx's error, and arms the sweep
+// for the earliest deadline left.
+func (p *Pipeliner) sweepQueue() {
+	now := time.Now()
+	var out []*call
+	var next time.Time
+	p.mu.Lock()
+	p.sweepAt = time.Time{}
+	keep := p.queue[:0]
+	for _, c := range p.queue {
+		if c.fn == nil { // EvalSha's callers watch their own ctx
+			keep = append(keep, c)
+			continue
+		}
+		d, ok := c.ctx.Deadline()
+		if c.ctx.Err() != nil || ok && !now.Before(d) {
+			out = append(out, c)
+			continue
+		}
+		keep = append(keep, c)
+		if ok && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	clear(p.queue[len(keep):])
+	p.queue = keep
+	if !next.IsZero() {
+		p.armSweep(next)
+	}
+	p.mu.Unlock()
+	for _, c := range out {
+		err := c.ctx.Err()
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		c.cmd = redis.NewCmd(c.ctx)
+		c.cmd.SetErr(err)
+		c.fn(c.cmd)
+	}
 }
 
 // next hands the caller's slot to the queue: a goroutine sends what queued
@@ -158,7 +265,7 @@ func (p *Pipeliner) send(batch []*call) {
 		if err := c.ctx.Err(); err != nil {
 			c.cmd = redis.NewCmd(c.ctx)
 			c.cmd.SetErr(err)
-			close(c.done)
+			c.finish(p)
 			continue
 		}
 		live = append(live, c)
@@ -169,7 +276,7 @@ func (p *Pipeliner) send(batch []*call) {
 	case 1:
 		c := live[0]
 		c.cmd = p.rdb.EvalSha(c.ctx, c.sha, c.keys, c.args...)
-		close(c.done)
+		c.finish(p)
 		return
 	}
 	ctx, cancel := batchContext(live)
@@ -180,7 +287,7 @@ func (p *Pipeliner) send(batch []*call) {
 	}
 	_, _ = pl.Exec(ctx) // each cmd carries its own answer or error
 	for _, c := range live {
-		close(c.done)
+		c.finish(p)
 	}
 }
 
@@ -233,4 +340,10 @@ func (p *Pipeliner) Close() {
 	p.closed = true
 	p.mu.Unlock()
 	p.wg.Wait()
+	p.mu.Lock()
+	if p.sweep != nil && len(p.queue) == 0 {
+		p.sweep.Stop()
+		p.sweepAt = time.Time{}
+	}
+	p.mu.Unlock()
 }

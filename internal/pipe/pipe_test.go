@@ -275,3 +275,97 @@ func TestSentCallWaitsForItsAnswer(t *testing.T) {
 		t.Fatalf("%d of the two keys exist (%v)", n, err)
 	}
 }
+
+// TestGo: asynchronous calls, many at once with the scripts flushed first
+// (the EVAL fallback), each answered once with its own answer; a queued
+// call whose ctx ends gets ctx.Err() at once and is never sent; after
+// Close, calls are answered before Go returns.
+func TestGo(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	var hook pipelines
+	rdb.AddHook(&hook)
+	p := pipe.New(rdb, 1)
+	defer p.Close()
+	ctx := context.Background()
+
+	const n = 500
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	answers := make([]atomic.Int32, n)
+	errs := make(chan error, n)
+	wg.Add(n)
+	for i := range n {
+		p.Go(ctx, incrEcho, []string{"pipe:go"}, []any{strconv.Itoa(i)}, func(cmd *redis.Cmd) {
+			defer wg.Done()
+			answers[i].Add(1)
+			v, err := cmd.Slice()
+			if err != nil {
+				errs <- err
+				return
+			}
+			if v[1] != strconv.Itoa(i) {
+				errs <- errors.New("answer of another call: " + v[1].(string) + " for " + strconv.Itoa(i))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := range answers {
+		if a := answers[i].Load(); a != 1 {
+			t.Fatalf("call %d answered %d times", i, a)
+		}
+	}
+	if v, _ := rdb.Get(ctx, "pipe:go").Int(); v != n {
+		t.Fatalf("counter %d, want %d", v, n)
+	}
+	if hook.n.Load() == 0 {
+		t.Fatal("no pipeline: every call went alone")
+	}
+
+	// Paused server: the first call holds the slot, the second queues and
+	// its ctx ends.
+	if err := setOnce.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer fcancel()
+	p.Go(fctx, setOnce, []string{"pipe:go:first"}, []any{"1"}, func(cmd *redis.Cmd) { first <- cmd.Err() })
+	time.Sleep(50 * time.Millisecond)
+	second := make(chan error, 1)
+	sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer scancel()
+	start := time.Now()
+	p.Go(sctx, setOnce, []string{"pipe:go:second"}, []any{"1"}, func(cmd *redis.Cmd) { second <- cmd.Err() })
+	if err := <-second; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued call whose ctx ended: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("queued call answered after %v", d)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first call after resume: %v", err)
+	}
+	p.Close()
+	if n, err := rdb.Exists(ctx, "pipe:go:first", "pipe:go:second").Result(); err != nil || n != 1 {
+		t.Fatalf("%d of the two keys exist (%v); want only the first", n, err)
+	}
+
+	answered := false
+	p.Go(ctx, incrEcho, []string{"pipe:go"}, []any{"closed"}, func(cmd *redis.Cmd) { answered = cmd.Err() == nil })
+	if !answered {
+		t.Fatal("a call after Close was not answered before Go returned")
+	}
+}
