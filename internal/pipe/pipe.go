@@ -14,6 +14,10 @@
 // deadline of its calls, which go-redis enforces with ContextTimeoutEnabled,
 // else by the client's read timeout.
 //
+// Queued batches are sent by sender goroutines, started as needed (about
+// one per slot: one is started only when none is idle) and kept until
+// Close.
+//
 // Only EVALSHA is batched; EVAL (Script.Run's fallback after NOSCRIPT) and
 // the other Scripter methods go straight to the client. Go is the
 // asynchronous form: the answer goes to a function, and a queued call
@@ -41,7 +45,9 @@ const maxBatch = 128
 type Pipeliner struct {
 	rdb   redis.UniversalClient
 	limit int
-	wg    sync.WaitGroup // the goroutines sending queued batches
+	wg    sync.WaitGroup // the senders (goroutines sending queued batches)
+	work  chan []*call   // a batch for an idle sender
+	quit  chan struct{}  // closed by Close: idle senders end
 
 	mu       sync.Mutex // protects the fields below
 	inFlight int
@@ -84,7 +90,7 @@ func New(rdb redis.UniversalClient, inFlight int) *Pipeliner {
 	if inFlight <= 0 {
 		inFlight = DefaultInFlight
 	}
-	return &Pipeliner{rdb: rdb, limit: inFlight}
+	return &Pipeliner{rdb: rdb, limit: inFlight, work: make(chan []*call), quit: make(chan struct{})}
 }
 
 // EvalSha runs EVALSHA sha1 with keys and args, possibly in a pipeline
@@ -123,8 +129,8 @@ func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, arg
 // would, without waiting: fn gets the answer, called once from another
 // goroutine (or, after Close, from this one). fn must not block: it runs
 // on the goroutine that sends the batches. A call that finds fewer than
-// the limit in flight leaves at once on a goroutine of its own; one that
-// queues costs no goroutine. A queued call is taken out, never sent, and
+// the limit in flight leaves at once, on a sender; one that queues costs no
+// goroutine. A queued call is taken out, never sent, and
 // fn gets the ctx's error when its deadline passes (one timer per
 // Pipeliner watches the earliest) or, at the latest, when its batch would
 // leave after its ctx ended; a cancelled ctx without a deadline is only
@@ -134,17 +140,7 @@ func (p *Pipeliner) Go(ctx context.Context, s *redis.Script, keys []string, args
 	p.mu.Lock()
 	if p.inFlight < p.limit {
 		p.inFlight++
-		if p.closed { // from here: Close has stopped waiting for goroutines
-			p.mu.Unlock()
-			p.drain([]*call{c})
-			return
-		}
-		p.wg.Add(1) // under mu and before Close sets closed: Close's Wait sees it
-		p.mu.Unlock()
-		go func() {
-			defer p.wg.Done()
-			p.drain([]*call{c})
-		}()
+		p.dispatch([]*call{c}) // unlocks mu
 		return
 	}
 	if d, ok := ctx.Deadline(); ok && (p.sweepAt.IsZero() || d.Before(p.sweepAt)) {
@@ -206,7 +202,7 @@ func (p *Pipeliner) sweepQueue() {
 	}
 }
 
-// next hands the caller's slot to the queue: a goroutine sends what queued
+// next hands the caller's slot to the queue: a sender sends what queued
 // meanwhile, batch after batch, until the queue is empty.
 func (p *Pipeliner) next() {
 	p.mu.Lock()
@@ -216,6 +212,15 @@ func (p *Pipeliner) next() {
 		p.mu.Unlock()
 		return
 	}
+	p.dispatch(batch) // unlocks mu
+}
+
+// dispatch has batch, which holds a slot, sent by a sender: an idle one,
+// or a new one, which then stays for later batches until Close (a sender
+// keeps the stack that go-redis grew, where a new goroutine per batch
+// would grow it again each time). After Close it sends from the calling
+// goroutine. mu must be held; dispatch unlocks it.
+func (p *Pipeliner) dispatch(batch []*call) {
 	if p.closed { // send from here: Close has stopped waiting for goroutines
 		p.mu.Unlock()
 		p.drain(batch)
@@ -223,10 +228,25 @@ func (p *Pipeliner) next() {
 	}
 	p.wg.Add(1) // under mu and before Close sets closed: Close's Wait sees it
 	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
+	select {
+	case p.work <- batch: // an idle sender took it
+		p.wg.Done()
+	default:
+		go p.sender(batch)
+	}
+}
+
+// sender drains batch, then waits for more work until Close.
+func (p *Pipeliner) sender(batch []*call) {
+	defer p.wg.Done()
+	for {
 		p.drain(batch)
-	}()
+		select {
+		case batch = <-p.work:
+		case <-p.quit:
+			return
+		}
+	}
 }
 
 // drain sends batch, then what queued meanwhile, until the queue is empty,
@@ -337,7 +357,10 @@ func (p *Pipeliner) ScriptLoad(ctx context.Context, script string) *redis.String
 // no goroutine outlives Close.
 func (p *Pipeliner) Close() {
 	p.mu.Lock()
-	p.closed = true
+	if !p.closed {
+		p.closed = true
+		close(p.quit)
+	}
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.mu.Lock()
