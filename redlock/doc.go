@@ -31,6 +31,16 @@
 // it, a black-holed master costs an attempt the node timeout and no more;
 // the other masters' answers are not delayed by it.
 //
+// go-redis also sends a command again after a network error on the read
+// (MaxRetries, 3 by default), when the server may already have run it. A
+// release carries a request id and is not applied twice; an acquisition
+// sent twice re-enters the owner's own new hold on that master (one level
+// more, which then outlives the lease there until its TTL), and a hand-off
+// sent twice answers "not held" there. Neither lets a second owner in; each
+// can keep one master locked until the TTL. MaxRetries: -1 on the masters'
+// clients avoids it (a lost answer then counts as a failed master, which
+// the round tolerates while a quorum answers).
+//
 // Waiting (Obtain): a waiter is queued, by acquire.lua, on each master
 // where another owner holds the lock. The release that frees the lock on a
 // master publishes the id of the first live waiter there on that waiter's
