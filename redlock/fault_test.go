@@ -106,21 +106,10 @@ func TestBlackholedMaster(t *testing.T) {
 	// it over.
 	key := uniqueKey(t)
 	a := mustObtain(t, ctx, c, key)
-	next := make(chan error, 1)
-	go func() {
-		l, err := c.Obtain(ctx, key)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		next <- err
-	}()
-	time.Sleep(50 * time.Millisecond) // in line
+	next := inLine(t, ctx, c, key, lock.NewOwner())
 	start := time.Now()
-	if err := a.Release(ctx); err != nil {
-		t.Fatalf("release with one master black-holed: %v", err)
-	}
-	if err := <-next; err != nil {
-		t.Fatalf("the next in line with one master black-holed: %v", err)
+	if err := releaseTo(t, ctx, a, next).l.Release(ctx); err != nil {
+		t.Fatalf("the next in line's release with one master black-holed: %v", err)
 	}
 	if d := time.Since(start); d > 2*(nodeTimeout+margin) {
 		t.Fatalf("hand-off and the next one's release took %v with the node timeout %v", d, nodeTimeout)

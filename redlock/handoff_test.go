@@ -26,6 +26,20 @@ func inLine(t *testing.T, ctx context.Context, c *redlock.Client, key, owner str
 	return out
 }
 
+// releaseTo releases a, which must succeed, and returns what the Obtain
+// in line (next) got, which must be a lease.
+func releaseTo(t *testing.T, ctx context.Context, a lock.Lease, next <-chan obtained) obtained {
+	t.Helper()
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-next
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	return got
+}
+
 type obtained struct {
 	l   lock.Lease
 	err error
@@ -51,30 +65,11 @@ func TestHandOff(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
 	var evals testserver.EvalCounter
-	rdbs := dial(t, addrsOf(shared[:3])...)
-	for _, r := range rdbs {
-		for _, s := range lock.Scripts() { // no NOSCRIPT round trips in the count
-			if err := s.Load(ctx, r).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		r.AddHook(&evals)
-	}
-	c, err := redlock.New(rdbs, redlock.WithDefaultTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := countedClient(t, 3, &evals, redlock.WithDefaultTTL(time.Second))
 	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
 	next := inLine(t, ctx, c, key, "owner-b")
 	before := evals.N()
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := <-next
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
+	got := releaseTo(t, ctx, a, next)
 	b := got.l
 	if n := evals.N() - before; n > 3+2 { // a hand-off per master, at most a fence raise on two
 		t.Fatalf("%d scripts from the release to b holding, want 3 hand-offs", n)
@@ -194,15 +189,7 @@ func TestHandOffYieldsToOtherClients(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
 	var evals testserver.EvalCounter
-	rdbs := dial(t, addrsOf(shared[:3])...)
-	for _, r := range rdbs {
-		r.AddHook(&evals)
-	}
-	c, err := redlock.New(rdbs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := countedClient(t, 3, &evals)
 	other := newClient(t, shared[:3])
 	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
 	queued := make(chan obtained, 1)
@@ -216,13 +203,7 @@ func TestHandOffYieldsToOtherClients(t *testing.T) {
 	}()
 	next := inLine(t, ctx, c, key, "owner-b")
 	before := evals.N()
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := <-next
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
+	got := releaseTo(t, ctx, a, next)
 	if n := evals.N() - before; n < 6 {
 		t.Fatalf("%d scripts of c from the release to b holding: want the hand-off (released) and b's own attempt", n)
 	}

@@ -18,15 +18,7 @@ import (
 func TestLocalLineHotKey(t *testing.T) {
 	const masters = 3
 	var evals testserver.EvalCounter
-	rdbs := dial(t, addrsOf(shared[:masters])...)
-	for _, r := range rdbs {
-		r.AddHook(&evals)
-	}
-	c, err := redlock.New(rdbs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := countedClient(t, masters, &evals)
 	counter := dial(t, shared[0].Addr())[0]
 	before := evals.N()
 	sections := exclusion(t, counter, []lock.Locker{c}, 12, time.Second, nil)

@@ -114,3 +114,28 @@ func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) 
 		t.Fatalf("%s: not within %v", what, d)
 	}
 }
+
+// countedClient returns a Client over the first n shared masters whose
+// script calls evals counts. Every script is loaded first, so that no
+// NOSCRIPT fallback is counted.
+func countedClient(t testing.TB, n int, evals *testserver.EvalCounter, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	ctx := context.Background()
+	rdbs := dial(t, addrsOf(shared[:n])...)
+	for _, r := range rdbs {
+		for _, scripts := range []map[string]*redis.Script{lock.Scripts(), redlock.Scripts()} {
+			for _, s := range scripts {
+				if err := s.Load(ctx, r).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		r.AddHook(evals)
+	}
+	c, err := redlock.New(rdbs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
