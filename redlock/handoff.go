@@ -54,6 +54,8 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 		}
 	}
 
+	// missed: masters where lr's owner does not hold the lock after the round
+	// (answered otherwise), for giving it back if lr's ctx has ended.
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n)}
 	held := 0                                // masters where h's owner held the lock
 	notHeld := false                         // a master answered that h's owner did not hold it
@@ -105,10 +107,9 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 // handed over, or may have (a lost answer, unless some master answered
 // that h's owner did not hold the lock: lr's owner may then hold a level
 // of its own there, through another client); h's owner where its answer
-// was lost. Masters whose answer was not awaited
-// (a quorum handed over but validity or the fence failed) are left to
-// expire. It returns on how many lost masters h's owner turned out to hold
-// the lock.
+// was lost. Masters whose answer was not awaited (a quorum handed over but
+// validity or the fence failed) are left to expire. It returns on how many
+// lost masters h's owner turned out to hold the lock.
 func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.NodeHandoffResult], notHeld bool,
 	lr *liner, h *hold) int {
 	lost := func(i int) bool { return rs[i].done && rs[i].err != nil }

@@ -37,11 +37,12 @@ func (c *Client) resolve(key string, opts []lock.Option) (lock.ObtainOptions, er
 // lease token, no round trip). The goroutines of this client that want the
 // same key wait in a local line (see the package documentation); the one at
 // the front attempts, and a release hands the lock over to the next in
-// line, who then holds it without an attempt of its own. Waiting is notified: each waiter is queued
-// on every master where another owner holds the lock, and the release that
-// frees it there wakes the first waiter through this client's subscription
-// to that master; each wait is also bounded by the holder's remaining TTL
-// and a third of the waiter timeout. After an attempt that took some
+// line, who then holds it without an attempt of its own. Waiting is
+// notified: each waiter is queued on every master where another owner
+// holds the lock, and the release that frees it there wakes the first
+// waiter through this client's subscription to that master; each wait is
+// also bounded by the holder's remaining TTL and a third of the waiter
+// timeout. After an attempt that took some
 // masters but not a quorum it pauses a random jitter; when masters fail it
 // backs off. With lock.WithRetry it polls at the given delays instead.
 //
@@ -76,8 +77,9 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.
 	if wait {
 		var a *attempt
 		if pl, a, err = c.lines.enter(ctx, key, c.quit, owner, o.TTL); err != nil {
-			if a != nil { // handed over as ctx ended: give it back
-				c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, c.o.slowTimeout(), nil, nil)
+			if a != nil { // handed over as ctx ended: give it back where it may be held
+				c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, c.o.slowTimeout(),
+					func(i int) bool { return !a.missed[i] }, nil)
 			}
 			pl.leave()
 			return nil, err

@@ -129,12 +129,13 @@ func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, arg
 // would, without waiting: fn gets the answer, called once from another
 // goroutine (or, after Close, from this one). fn must not block: it runs
 // on the goroutine that sends the batches. A call that finds fewer than
-// the limit in flight leaves at once, on a sender; one that queues costs no
-// goroutine. A queued call is taken out, never sent, and
-// fn gets the ctx's error when its deadline passes (one timer per
-// Pipeliner watches the earliest) or, at the latest, when its batch would
-// leave after its ctx ended; a cancelled ctx without a deadline is only
-// seen then. Once its batch has left, fn gets its answer.
+// the limit in flight leaves at once, on a sender; one that queues costs
+// no goroutine. A queued call is taken out, never sent, and fn gets the
+// ctx's error when its deadline passes (one timer per Pipeliner watches
+// the earliest) or, at the latest, when its batch would leave after its
+// ctx ended; a cancelled ctx without a deadline is only seen then. Once
+// its batch has left, fn gets its answer. After NOSCRIPT the sender runs
+// the EVAL fallback itself, as Script.Run would.
 func (p *Pipeliner) Go(ctx context.Context, s *redis.Script, keys []string, args []any, fn func(*redis.Cmd)) {
 	c := &call{ctx: ctx, sha: s.Hash(), keys: keys, args: args, fn: fn, script: s}
 	p.mu.Lock()
