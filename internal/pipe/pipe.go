@@ -15,8 +15,8 @@
 // else by the client's read timeout.
 //
 // Queued batches are sent by sender goroutines, started as needed (about
-// one per slot: one is started only when none is idle) and kept until
-// Close.
+// one per slot: one is started only when none is idle) and kept while
+// there is work: a sender idle for a second ends, as do all at Close.
 //
 // Only EVALSHA is batched; EVAL (Script.Run's fallback after NOSCRIPT) and
 // the other Scripter methods go straight to the client. Go is the
@@ -217,7 +217,7 @@ func (p *Pipeliner) next() {
 }
 
 // dispatch has batch, which holds a slot, sent by a sender: an idle one,
-// or a new one, which then stays for later batches until Close (a sender
+// or a new one, which then stays for later batches while busy (a sender
 // keeps the stack that go-redis grew, where a new goroutine per batch
 // would grow it again each time). After Close it sends from the calling
 // goroutine. mu must be held; dispatch unlocks it.
@@ -237,13 +237,23 @@ func (p *Pipeliner) dispatch(batch []*call) {
 	}
 }
 
-// sender drains batch, then waits for more work until Close.
+// senderIdle is how long a sender waits for another batch before it ends,
+// so that a Pipeliner that is never closed keeps no goroutine once quiet.
+const senderIdle = time.Second
+
+// sender drains batch, then waits for more work until Close or until it
+// has been idle for senderIdle.
 func (p *Pipeliner) sender(batch []*call) {
 	defer p.wg.Done()
+	idle := time.NewTimer(senderIdle)
+	defer idle.Stop()
 	for {
 		p.drain(batch)
+		idle.Reset(senderIdle)
 		select {
 		case batch = <-p.work:
+		case <-idle.C:
+			return
 		case <-p.quit:
 			return
 		}

@@ -369,3 +369,29 @@ func TestGo(t *testing.T) {
 		t.Fatal("a call after Close was not answered before Go returned")
 	}
 }
+
+// TestIdleSendersEnd: a Pipeliner that is never closed keeps no goroutine
+// once it has been quiet for a while.
+func TestIdleSendersEnd(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := goleak.IgnoreCurrent() // the server's and the client's own goroutines
+	p := pipe.New(rdb, 2)
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		p.Go(ctx, incrEcho, []string{"pipe:idle"}, []any{strconv.Itoa(i)}, func(cmd *redis.Cmd) {
+			defer wg.Done()
+			if err := cmd.Err(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(1500 * time.Millisecond)
+	goleak.VerifyNone(t, before)
+}
