@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -17,6 +18,9 @@ type Info struct {
 	TTL time.Duration
 	// Token is the last fencing token issued for the key (0 if none ever).
 	Token int64
+	// HoldToken is the fencing token of the current hold (0 when free, or
+	// for a hold written by a version that did not record it).
+	HoldToken int64
 	// Waiters lists the queued waiters in arrival order, each as its queue
 	// entry ("<client id>:<n>", with "|<grant ms>|<owner>" for a Client's
 	// waiter), and WaiterTTLs how long each keeps its place without calling
@@ -32,6 +36,10 @@ type Info struct {
 // granted the lock to (GRANT in lua/common.lua). Owners may not start with
 // a NUL byte, so it is never an owner.
 const grantField = "\x00grant"
+
+// tokenField is the hash field that holds the fencing token of the current
+// hold (TOKEN in lua/common.lua).
+const tokenField = "\x00t"
 
 // Held reports whether some owner holds the lock.
 func (i Info) Held() bool { return len(i.Owners) > 0 }
@@ -54,8 +62,14 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	for i := 0; i+1 < len(kv); i += 2 {
 		owner, _ := kv[i].(string)
 		s, _ := kv[i+1].(string)
-		if owner == grantField {
+		switch {
+		case owner == grantField:
 			info.Granted = s
+			continue
+		case owner == tokenField:
+			info.HoldToken, _ = strconv.ParseInt(s, 10, 64)
+			continue
+		case strings.HasPrefix(owner, "\x00"): // a level's id (common.lua)
 			continue
 		}
 		n, err := strconv.ParseInt(s, 10, 64)

@@ -58,6 +58,7 @@ type holdKey struct{ key, owner string }
 
 type hold struct {
 	k      holdKey
+	token  int64 // the hold's fencing token: its identity in Redis
 	levels int
 	wd     *watchdog.Watchdog
 	since  time.Time
@@ -229,13 +230,10 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 		return gr.lease, nil
 	}
 	gh := &gateHold{gs: &c.gates, key: key, g: g}
-	var l *lease
-	if gr.unsure { // a hand-off to owner may or may not have happened
-		l, err = c.claimHandoff(ctx, key, id, owner, o, gr.sent, gh)
-	}
-	if l == nil && err == nil {
-		l, err = c.attempts(ctx, key, wait, o, id, owner, gh)
-	}
+	// After a hand-off whose answer was lost, the first attempt finds out:
+	// if the hand-off made owner the holder, it finds its level (the call's
+	// id) and takes the lock.
+	l, err := c.attempts(ctx, key, wait, o, id, owner, gh)
 	if err != nil {
 		gh.leave()
 	}
@@ -262,7 +260,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
 	subscribeFirst := queue && notified && !subscribed
-	var argOwner, argTTL, argWaiter any = owner, o.TTL.Milliseconds(), waiter
+	var argOwner, argTTL, argWaiter, argID any = owner, o.TTL.Milliseconds(), waiter, id
 	queued := argNo
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
@@ -277,7 +275,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 			}
 			defer c.removeWaiter(id)
 		}
-		res, err := c.acquire(ctx, keys, argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued)
+		res, err := c.acquire(ctx, keys, argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued, argID)
 		if err != nil {
 			if waiter != "" && queued == argYes {
 				c.leave(ctx, keys, waiter)
@@ -289,7 +287,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 		}
 		if res.held {
 			if res.fresh && res.acks < c.o.replicas {
-				return nil, c.undo(ctx, key, keys, owner, o.TTL.Milliseconds(), res.acks)
+				return nil, c.undo(ctx, key, keys, owner, id, o.TTL.Milliseconds(), res.acks)
 			}
 			return c.newLease(key, keys, owner, id, res.token, o, sent, gh), nil
 		}
@@ -424,11 +422,11 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 }
 
 // undo releases an acquisition that too few replicas acknowledged.
-func (c *Client) undo(ctx context.Context, key string, keys []string, owner string, ttl int64, acks int) error {
+func (c *Client) undo(ctx context.Context, key string, keys []string, owner, id string, ttl int64, acks int) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	err := releaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1]},
-		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix).Err()
+		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix, id).Err()
 	e := fmt.Errorf("%w: %d of %d for %q", ErrTooFewReplicas, acks, c.o.replicas, key)
 	if err != nil {
 		return errors.Join(e, fmt.Errorf("lock: release after WAIT: %w", err))

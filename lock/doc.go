@@ -93,7 +93,8 @@
 // another client's live waiter is queued for the key, handoff.lua grants
 // the lock to it instead, so other clients are not starved; Redis alone
 // decides who holds the lock. If a hand-off's answer is lost, the next in
-// line reads the lock (Inspect) to learn whether its owner holds it. A
+// line's first attempt finds the level the hand-off wrote under its call id
+// and takes the lock. A
 // release that fails with a Redis error stops the hold's renewal (the lock
 // then expires after its TTL unless a retried Release frees it). TryObtain
 // and re-entry by a holding owner do not line up.
@@ -106,11 +107,19 @@
 // after it last called in, without any client clock.
 //
 // Fencing: the counter is separate from the hash, so it survives releases
-// and expiry. A counter that does not exist (a new key, or data lost by a
-// restart or failover) starts at the server's time in microseconds, so
-// tokens stay strictly increasing across data loss as long as the server's
-// clock does not go back and fewer than one acquisition per microsecond was
-// ever made.
+// and expiry. Every fresh acquisition (and every grant and hand-off) takes
+// the larger of the counter + 1 and the server's time in microseconds
+// (redis.call('TIME')), and stores it back. The clock bound is what keeps
+// tokens strictly increasing when the counter comes back with an old value
+// or not at all: a restart from an older RDB, the lost tail of an
+// appendfsync everysec AOF, a failover to a replica that lagged, a restart
+// without persistence. Every token handed out before the loss was at most
+// the server's clock at that moment, so the next one is larger, as long as
+// the Redis host's clock does not go back and fewer than one acquisition
+// per microsecond was ever made on the key (a script takes longer than
+// that). A clock stepped back on the Redis host by d can repeat the tokens
+// of the last d after such a loss; without a loss the counter alone keeps
+// them increasing.
 //
 // Retry-safe release: each lease's release carries a request id. A release
 // that leaves levels held stores its answer under P{key}:r:<req> for the

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Local lines (non-fair mode): the goroutines of one Client that wait for
@@ -26,7 +25,8 @@ import (
 // Fair mode does not use lines (its order is the queue in Redis), nor does
 // TryObtain (one attempt, no wait), nor re-entry by an owner that holds the
 // key through this client. If the answer to a hand-off is lost, the next
-// in line reads the lock (Inspect) to learn whether its owner holds it.
+// in line's first attempt finds its level in the lock (the hand-off wrote
+// it under the liner's call id) and takes the lock.
 
 // gate is one key's line.
 type gate struct {
@@ -47,12 +47,10 @@ type takeover struct {
 }
 
 // grant gives a liner the front, with the lease of a hand-off or without.
+// Without one, the liner attempts; if a hand-off to it happened whose
+// answer was lost, that attempt finds its level in Redis and holds.
 type grant struct {
 	lease *lease
-	// unsure: the answer to a hand-off sent at sent to this liner's owner
-	// was lost; the liner must find out whether its owner holds the lock.
-	unsure bool
-	sent   time.Time
 }
 
 // gates are a Client's local lines, by key.
@@ -212,23 +210,24 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 	keys := c.keys(l.key)
 	t := ln.take
 	sent := c.o.now()
-	res, err := handoffScript.Run(ctx, c.pipe, []string{keys[0], keys[1], keys[2], keys[3]},
-		l.owner, t.owner, t.o.TTL.Milliseconds(), c.argChan).Int64Slice()
+	res, err := handoffScript.Run(ctx, c.pipe, []string{keys[0], keys[1], keys[2], keys[3], l.keys[3]},
+		l.owner, t.owner, t.o.TTL.Milliseconds(), c.argChan, l.id, t.id, "", c.argWindow).Int64Slice()
 	switch {
 	case err != nil:
 		// Unknown: the lock may now be the liner's owner's. The liner takes
 		// the front and finds out; this lease stays unreleased, and a
-		// retried Release answers ErrNotHeld if the hand-off happened.
+		// retried Release answers nil if the hand-off (or its release)
+		// happened, from the marker handoff.lua leaves.
 		gh.claim()
-		ln.ready <- grant{unsure: true, sent: sent}
+		ln.ready <- grant{}
 		return true, fmt.Errorf("lock: release %q: %w", l.key, err)
 	case len(res) == 1 && res[0] == -2: // another level appeared: plain release
 		gh.gs.putBack(gh.g, ln)
 		return false, nil
 	case len(res) == 2 && res[0] == 1: // handed over, with the front
 		gh.claim()
+		l.end() // first: a liner of the same owner starts a new hold
 		nl := c.newLease(l.key, keys, t.owner, t.id, res[1], t.o, sent, &gateHold{gs: gh.gs, key: l.key, g: gh.g})
-		l.end()
 		ln.ready <- grant{lease: nl}
 		return true, nil
 	case len(res) == 1 && (res[0] == 0 || res[0] == -1): // released, or not held
@@ -241,22 +240,6 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 		return true, nil
 	}
 	gh.claim()
-	ln.ready <- grant{unsure: true, sent: sent}
+	ln.ready <- grant{}
 	return true, fmt.Errorf("lock: release %q: unexpected reply %v", l.key, res)
-}
-
-// claimHandoff finds out whether a hand-off whose answer was lost gave key
-// to owner: if so it returns the lease (the hand-off was sent at sent),
-// else nil, and the caller attempts as usual. If the lock cannot be read,
-// it returns the error: the lock may then be owner's, unrenewed, until its
-// TTL runs out.
-func (c *Client) claimHandoff(ctx context.Context, key, id, owner string, o ObtainOptions, sent time.Time, gh *gateHold) (*lease, error) {
-	info, err := c.Inspect(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	if info.Owners[owner] != 1 {
-		return nil, nil
-	}
-	return c.newLease(key, c.keys(key), owner, id, info.Token, o, sent, gh), nil
 }

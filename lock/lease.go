@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/coordkit/coordkit/watchdog"
@@ -17,6 +18,7 @@ type lease struct {
 	key      string
 	keys     []string // release.lua's KEYS: hash, queue, deadlines, this release's marker, fence
 	owner    string
+	id       string // the obtaining call's id: the level's id in Redis (release.lua)
 	token    int64
 	ttl      int64 // ms
 	released bool  // protected by c.mu
@@ -51,12 +53,20 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 // newGrantedLease is newLease for a lock that Redis holds for first (> 0)
 // from at, less than o.TTL: the watchdog renews it before then. A first
 // of 0 means o.TTL.
+//
+// The new level joins owner's live hold on key only if Redis answered that
+// hold's token: a hold is identified by its token, which Redis keeps in the
+// lock hash and answers on re-entry. A fresh acquisition (a larger token)
+// while a hold is live means Redis lost that hold (a failover, an eviction,
+// a restart, ForceRelease): it is reported lost at once, and its levels
+// are not merged into the new one. An answer with a smaller token comes
+// from a hold that a newer one replaced already: its lease is lost from
+// the start.
 func (c *Client) newGrantedLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *lease {
 	k := holdKey{key, owner}
-	l := &lease{c: c, key: key, owner: owner, token: token, ttl: o.TTL.Milliseconds(),
+	l := &lease{c: c, key: key, owner: owner, id: id, token: token, ttl: o.TTL.Milliseconds(),
 		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]}}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	h := c.holds[k]
 	if h != nil {
 		select {
@@ -65,23 +75,38 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 		default:
 		}
 	}
-	if h == nil {
-		h = &hold{k: k, since: at, gate: gh}
-		h.wd = c.startWatchdog(key, owner, o, at, first, gh)
+	var lose []*hold // holds to report lost, after c.mu is released
+	switch {
+	case h != nil && h.token == token: // re-entry (the owner's hold began meanwhile): the hold has its place
+		gh.leave()
+	case h != nil && token < h.token: // an answer about a hold that a newer one replaced
+		h = &hold{k: k, since: at, token: token, gate: gh}
+		h.wd = c.startWatchdog(key, owner, token, o, at, first, gh)
+		lose = append(lose, h)
+	default:
+		if h != nil { // Redis lost h: this owner's new hold replaces it
+			lose = append(lose, h)
+		}
+		h = &hold{k: k, since: at, token: token, gate: gh}
+		h.wd = c.startWatchdog(key, owner, token, o, at, first, gh)
 		c.holds[k] = h
-	} else {
-		gh.leave() // re-entry (the owner's hold began meanwhile): the hold has its place
 	}
-	if c.closed { // Close has stopped every watchdog it saw
-		h.wd.Lose(ErrClosed)
-	}
+	closed := c.closed
 	h.levels++
 	l.h = h
+	c.mu.Unlock()
+	for _, old := range lose {
+		old.wd.Lose(fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld))
+	}
+	if closed { // Close has stopped every watchdog it saw
+		h.wd.Lose(ErrClosed)
+	}
 	return l
 }
 
-func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *watchdog.Watchdog {
+func (c *Client) startWatchdog(key, owner string, token int64, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *watchdog.Watchdog {
 	ttl := o.TTL.Milliseconds()
+	tok := strconv.FormatInt(token, 10)
 	cfg := watchdog.Config{
 		TTL:         o.TTL,
 		FirstTTL:    first,
@@ -91,7 +116,7 @@ func (c *Client) startWatchdog(key, owner string, o ObtainOptions, at time.Time,
 		Renew: func(ctx context.Context) error {
 			// Built here, not per hold: most holds end before their first renewal.
 			keys := []string{c.o.prefix + "{" + key + "}"}
-			n, err := renewScript.Run(ctx, c.rdb, keys, owner, ttl).Int64()
+			n, err := renewScript.Run(ctx, c.rdb, keys, owner, ttl, tok).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: renew %q: %w", key, err)
@@ -139,7 +164,7 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 		return err
 	}
-	left, err := releaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan).Int64()
+	left, err := releaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id).Int64()
 	if err != nil {
 		l.abandon()
 		return fmt.Errorf("lock: release %q: %w", l.key, err)

@@ -95,6 +95,18 @@ type NodeAcquire struct {
 	// WaiterTimeout is how long a queued waiter keeps its place without
 	// calling in. Default: DefaultWaiterTimeout.
 	WaiterTimeout time.Duration
+	// Request, if not empty, identifies this acquisition (unique per call,
+	// e.g. a WaiterID): the same acquisition sent again (its reply was
+	// lost, and go-redis or the caller retried) answers as the first did
+	// and takes no second level. It is also the level's id (NodeRelease's
+	// Level). Default: none (a repeated acquisition re-enters).
+	Request string
+	// Floor, if positive, is the lowest fencing token a fresh acquisition
+	// takes, in microseconds since the Unix epoch, used instead of the
+	// server's clock (see the package documentation): a caller that
+	// acquires on several servers passes one clock reading to all of them
+	// so that their tokens agree. Default: the server's clock.
+	Floor int64
 }
 
 // NodeResult is the answer of one acquisition attempt.
@@ -153,7 +165,7 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 		return nil, nil, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
 	}
 	return lockKeys(n.pfx(), key), []any{a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
-		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued}, nil
+		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued, a.Request, max(a.Floor, 0)}, nil
 }
 
 func parseAcquire(lockKey string, cmd *redis.Cmd) (NodeResult, error) {
@@ -185,6 +197,11 @@ type NodeRelease struct {
 	Request string
 	// Window is how long the answer is kept. Default: DefaultReleaseWindow.
 	Window time.Duration
+	// Level, if not empty, is the Request of the acquisition whose level
+	// this drops: only that level is dropped, and not at all if the owner
+	// holds the lock through another hold (one taken after this level's
+	// was lost). Default: any level of the owner.
+	Level string
 }
 
 // Release drops one hold level of key on rdb (release.lua); at zero it
@@ -209,7 +226,7 @@ func (n Node) releaseArgs(key string, r NodeRelease) ([]string, []any) {
 	}
 	k := lockKeys(n.pfx(), key)
 	return []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1]},
-		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx()}
+		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx(), r.Level}
 }
 
 func parseRelease(lockKey string, cmd *redis.Cmd) (int64, error) {
@@ -252,6 +269,23 @@ type NodeHandoff struct {
 	NewOwner string
 	// TTL is the new owner's hold TTL, at least a millisecond.
 	TTL time.Duration
+	// Level, if not empty, is the Request of the releasing level's
+	// acquisition (as NodeRelease's Level).
+	Level string
+	// NewLevel, if not empty, identifies the new owner's level (as
+	// NodeAcquire's Request): a hand-off sent again finds it and answers
+	// HandedOver again, and the new owner's acquisition with that Request
+	// finds the lock held.
+	NewLevel string
+	// Request, if not empty, identifies this hand-off as NodeRelease's
+	// Request does: its release is remembered for Window, so that the
+	// hand-off or a Release with the same Request sent again answers
+	// "released" instead of "not held".
+	Request string
+	// Window is how long the answer is kept. Default: DefaultReleaseWindow.
+	Window time.Duration
+	// Floor is the new owner's lowest fencing token (NodeAcquire's Floor).
+	Floor int64
 }
 
 // Outcomes of a hand-off (NodeHandoffResult.Outcome).
@@ -303,7 +337,15 @@ func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {
 	if h.Owner == "" || h.NewOwner == "" || strings.HasPrefix(h.NewOwner, "\x00") {
 		return nil, nil, fmt.Errorf("%w: hand-off from owner %q to owner %q", ErrInvalid, h.Owner, h.NewOwner)
 	}
-	return lockKeys(n.pfx(), key), []any{h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1), n.wakePfx()}, nil
+	if h.Window <= 0 {
+		h.Window = DefaultReleaseWindow
+	}
+	keys := lockKeys(n.pfx(), key)
+	if h.Request != "" {
+		keys = append(keys, keys[0]+":r:"+h.Request)
+	}
+	return keys, []any{h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1), n.wakePfx(), h.Level, h.NewLevel,
+		max(h.Floor, 0), h.Window.Milliseconds()}, nil
 }
 
 func parseHandoff(lockKey string, cmd *redis.Cmd) (NodeHandoffResult, error) {

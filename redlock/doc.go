@@ -107,10 +107,16 @@
 // raise_fence.lua, a round trip only when the tokens differed). Any later
 // holder's quorum shares at least one of those masters, where it acquires
 // after this hold ended and gets a larger counter value: tokens of
-// successive holders increase strictly. This holds as long as that shared
-// master did not lose its data (and then its clock-based restart value is
-// larger anyway, unless its clock went back or more than one acquisition
-// per microsecond was ever made). An attempt that cannot raise a quorum
+// successive holders increase strictly. A master's fresh token is the
+// larger of its counter + 1 and its clock in microseconds (package lock),
+// so a master that lost its data (a restart from an older snapshot or
+// without persistence) still answers above everything it answered before.
+// Tokens therefore keep increasing even when every master comes back from
+// an older snapshot, as long as no master's clock goes back and the
+// masters' clocks differ by less than the time from the last acquisition
+// before the loss to the first one after it (a token raised to a master
+// whose clock runs ahead by d can be repeated by masters that lost it
+// within d). An attempt that cannot raise a quorum
 // fails with ErrFence and is retried. Re-entry through the same Client
 // returns the same token; re-entry through another Client with the same
 // owner gets the counters' current maximum, not necessarily the same.

@@ -26,8 +26,14 @@ import (
 func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	key, owner := h.k.key, h.k.owner
 	n := len(c.masters)
-	req := lock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl}
 	start := c.o.now()
+	// The new level's id and the release's request id are the same on
+	// every master: a master that runs the hand-off twice (go-redis resent
+	// it) answers as the first time. One clock reading is every master's
+	// token floor, so that their tokens agree.
+	req := lock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl, Level: h.level,
+		NewLevel: c.node.WaiterID(c.id, c.nextSeq()), Request: c.node.WaiterID(c.id, c.nextSeq()),
+		Window: c.o.releaseWindow, Floor: start.UnixMicro()}
 	// A quorum decides a success at once; a failure waits for every answer,
 	// so that its releases cannot overtake a hand-off. A master where h's
 	// owner holds more levels (the same owner through another client)
@@ -43,20 +49,20 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 		return got >= c.quorum
 	}, func(i int, v lock.NodeHandoffResult, err error) {
 		if err == nil && v.Outcome == lock.HandoffReentered {
-			c.releaseOne(ctx, i, key, owner, h.ttl)
+			c.releaseOne(ctx, i, key, owner, h.level, h.ttl)
 		}
 	}, func(ctx context.Context, i int, done func(lock.NodeHandoffResult, error)) {
 		c.node.HandoffGo(ctx, c.pipes[i], key, req, done)
 	})
 	for _, r := range rs {
 		if r.done && r.err == nil && r.v.Outcome == lock.HandoffReentered {
-			c.releaseOne(ctx, r.i, key, owner, h.ttl)
+			c.releaseOne(ctx, r.i, key, owner, h.level, h.ttl)
 		}
 	}
 
 	// missed: masters where lr's owner does not hold the lock after the round
 	// (answered otherwise), for giving it back if lr's ctx has ended.
-	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n)}
+	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n), level: req.NewLevel}
 	held := 0                                // masters where h's owner held the lock
 	notHeld := false                         // a master answered that h's owner did not hold it
 	acq := make([]reply[lock.NodeResult], n) // the round as acquisitions, for raiseFence
@@ -92,7 +98,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	if a.ok {
 		lr.turn <- turn{a: &a}
 	} else {
-		held += c.undoHandOff(ctx, key, rs, notHeld, lr, h)
+		held += c.undoHandOff(ctx, key, rs, notHeld, lr, req.NewLevel, h)
 		lr.turn <- turn{}
 	}
 	if held >= c.quorum {
@@ -111,7 +117,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 // validity or the fence failed) are left to expire. It returns on how many
 // lost masters h's owner turned out to hold the lock.
 func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.NodeHandoffResult], notHeld bool,
-	lr *liner, h *hold) int {
+	lr *liner, newLevel string, h *hold) int {
 	lost := func(i int) bool { return rs[i].done && rs[i].err != nil }
 	newOwner := func(i int) bool {
 		return rs[i].done && rs[i].err == nil && rs[i].v.Outcome == lock.HandedOver || lost(i) && !notHeld
@@ -124,14 +130,14 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.No
 			var errNew error
 			if newOwner(i) {
 				_, errNew = c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
-					Owner: lr.owner, TTL: lr.ttl, Request: reqNew, Window: c.o.releaseWindow,
+					Owner: lr.owner, TTL: lr.ttl, Request: reqNew, Window: c.o.releaseWindow, Level: newLevel,
 				})
 			}
 			if !oldOwner(i) {
 				return false, errNew
 			}
 			left, err := c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
-				Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow,
+				Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow, Level: h.level,
 			})
 			return err == nil && left >= 0, errors.Join(errNew, err)
 		}))
@@ -147,10 +153,10 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.No
 // releaseOne drops one level of owner's hold on master i, bounded by the
 // slow bound, on a ctx detached from ctx's cancellation. A failure leaves
 // the level to expire.
-func (c *Client) releaseOne(ctx context.Context, i int, key, owner string, ttl time.Duration) {
+func (c *Client) releaseOne(ctx context.Context, i int, key, owner, level string, ttl time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
 	defer cancel()
 	_, _ = c.node.Release(rctx, c.pipes[i], key, lock.NodeRelease{
-		Owner: owner, TTL: ttl, Request: c.node.WaiterID(c.id, c.nextSeq()), Window: c.o.releaseWindow,
+		Owner: owner, TTL: ttl, Request: c.node.WaiterID(c.id, c.nextSeq()), Window: c.o.releaseWindow, Level: level,
 	})
 }

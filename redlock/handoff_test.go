@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,11 @@ func holders(t *testing.T, ctx context.Context, rdbs []redis.UniversalClient, ke
 	out := make([]map[string]string, len(rdbs))
 	for i, r := range rdbs {
 		out[i] = r.HGetAll(ctx, k.Lock).Val()
+		for f := range out[i] { // owners and counts, without the reserved fields
+			if strings.HasPrefix(f, "\x00") {
+				delete(out[i], f)
+			}
+		}
 	}
 	return out
 }

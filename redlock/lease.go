@@ -20,6 +20,7 @@ type hold struct {
 	k      holdKey
 	levels int // protected by Client.mu
 	token  int64
+	level  string // the id of the hold's level on the masters (lock.NodeRelease's Level)
 	ttl    time.Duration
 	wd     *watchdog.Watchdog
 	place  *place // the local line's front, given up when the hold ends or is lost; or nil
@@ -69,25 +70,32 @@ func (c *Client) reenter(key, owner string) *lease {
 }
 
 // newLease records the hold a successful attempt took and starts its
-// watchdog. If a hold of the same owner on key appeared meanwhile (two
-// goroutines of one owner obtaining at once), the new acquisition is a
-// level of that hold: the masters' extra level is released again. pl, the
-// local line's front the call holds, goes with a new hold.
+// watchdog. If a live hold of the same owner on key appeared meanwhile (two
+// goroutines of one owner obtaining at once) and a quorum of masters
+// answered re-entry, the new acquisition is a level of that hold: the
+// masters' extra level is released again. If instead the round was a fresh
+// acquisition on a quorum, the masters had lost that hold: it is reported
+// lost at once, and the new hold replaces it. pl, the local line's front
+// the call holds, goes with a new hold.
 func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainOptions, a attempt, pl *place) *lease {
 	k := holdKey{key, owner}
 	c.mu.Lock()
-	if h := c.holds[k]; h != nil && h.wd.Err() == nil && !c.closed {
-		h.levels++
+	old := c.holds[k]
+	if old != nil && old.wd.Err() == nil && !c.closed && a.reentered >= c.quorum {
+		old.levels++
 		c.mu.Unlock()
-		c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, c.o.slowTimeout(), nil, nil)
+		c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, o.TTL, c.o.slowTimeout(), nil, nil)
 		pl.leave()
-		return &lease{c: c, h: h}
+		return &lease{c: c, h: old}
 	}
-	h := &hold{k: k, levels: 1, token: a.token, ttl: o.TTL, place: pl}
+	h := &hold{k: k, levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
 	h.wd = c.startWatchdog(key, owner, o, a.start, pl)
 	c.holds[k] = h
 	closed := c.closed
 	c.mu.Unlock()
+	if old != nil && old.wd.Err() == nil {
+		old.wd.Lose(fmt.Errorf("%w: %w", lock.ErrNotHeld, watchdog.ErrNotHeld))
+	}
 	if closed { // Close has stopped every watchdog it saw
 		h.wd.Lose(lock.ErrClosed)
 	}
@@ -204,7 +212,7 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 	}
 	n := len(c.masters)
-	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.ttl, c.o.slowTimeout(), nil, func(out []reply[int64]) bool {
+	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.level, h.ttl, c.o.slowTimeout(), nil, func(out []reply[int64]) bool {
 		held, not := 0, 0
 		for _, r := range out {
 			switch {

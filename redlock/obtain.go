@@ -78,7 +78,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.
 		var a *attempt
 		if pl, a, err = c.lines.enter(ctx, key, c.quit, owner, o.TTL); err != nil {
 			if a != nil { // handed over as ctx ended: give it back where it may be held
-				c.releaseOn(context.WithoutCancel(ctx), key, owner, o.TTL, c.o.slowTimeout(),
+				c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, o.TTL, c.o.slowTimeout(),
 					func(i int) bool { return !a.missed[i] }, nil)
 			}
 			pl.leave()
@@ -227,6 +227,8 @@ type attempt struct {
 	minWait   time.Duration
 	missed    []bool // masters not held by the owner after the round
 	err       error  // why the attempt failed
+	level     string // the id of the level the round took on each master (lock.NodeAcquire's Request)
+	reentered int    // masters that answered that the owner held the lock already
 }
 
 // attempt runs acquire.lua on every master in parallel, each bounded by
@@ -236,9 +238,13 @@ type attempt struct {
 // those that answered that another owner holds the lock, and fails.
 func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Duration, waiter string, queued bool) attempt {
 	start := c.o.now()
+	// One id for the round's level on every master (a master that runs the
+	// acquisition twice, after go-redis resent it, takes one level), and
+	// one clock reading as every master's token floor, so that the masters'
+	// fresh tokens agree and need no raising.
 	req := lock.NodeAcquire{
 		Owner: owner, TTL: ttl, Waiter: waiter, Queued: queued && waiter != "",
-		WaiterTimeout: c.o.waiterTimeout,
+		WaiterTimeout: c.o.waiterTimeout, Request: c.node.WaiterID(c.id, c.nextSeq()), Floor: start.UnixMicro(),
 	}
 	// A quorum decides a success at once (masters that answer later hold a
 	// level the lease renews and releases); a failure waits for every
@@ -264,7 +270,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	}, late, func(ctx context.Context, i int, done func(lock.NodeResult, error)) {
 		c.node.AcquireGo(ctx, c.pipes[i], key, req, done)
 	})
-	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs))}
+	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs)), level: req.Request}
 	var errs []error
 	reentry := false
 	for _, r := range rs {
@@ -278,6 +284,9 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 			a.got++
 			a.token = max(a.token, r.v.Token)
 			reentry = reentry || !r.v.Fresh
+			if !r.v.Fresh {
+				a.reentered++
+			}
 		default:
 			a.elsewhere++
 			a.minWait = min(a.minWait, r.v.Wait)
@@ -311,7 +320,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	// All of it before the next attempt, each master bounded by the slow
 	// bound: a release still queued on a master when the next attempt of
 	// the same owner arrives could drop that attempt's level instead.
-	c.releaseOn(context.WithoutCancel(ctx), key, owner, ttl, c.o.slowTimeout(), func(i int) bool {
+	c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(), func(i int) bool {
 		if rs[i].err != nil {
 			return !reentry
 		}
@@ -357,16 +366,17 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 	return errors.Join(append([]error{ErrFence}, errs...)...)
 }
 
-// releaseOn releases one level of owner's hold on the masters with on(i)
-// (all if on is nil), in parallel, bounded by timeout and ctx; a hold that
-// a release does not reach expires after the TTL. It returns the answers.
-func (c *Client) releaseOn(ctx context.Context, key, owner string, ttl time.Duration,
+// releaseOn releases level (lock.NodeRelease's Level) of owner's hold on
+// the masters with on(i) (all if on is nil), in parallel, bounded by
+// timeout and ctx; a hold that a release does not reach expires after the
+// TTL. It returns the answers.
+func (c *Client) releaseOn(ctx context.Context, key, owner, level string, ttl time.Duration,
 	timeout time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
 	req := c.node.WaiterID(c.id, c.nextSeq())
 	return fanOut(c, ctx, timeout, on, enough, nil,
 		func(ctx context.Context, i int, done func(int64, error)) {
 			c.node.ReleaseGo(ctx, c.pipes[i], key, lock.NodeRelease{
-				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow,
+				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow, Level: level,
 			}, done)
 		})
 }

@@ -1,7 +1,7 @@
 -- acquire: take or re-enter the reentrant hash lock, take a lock granted to
 -- this waiter (common.lua), or join the wait queue.
 --
--- KEYS[1] lock hash    <prefix>{key}        field = owner, value = hold count
+-- KEYS[1] lock hash    <prefix>{key}        field = owner, value = hold count; TOKEN, LEVEL fields (common.lua)
 -- KEYS[2] fence        <prefix>{key}:fence  fencing counter, never expires
 -- KEYS[3] queue        <prefix>{key}:q      list of waiters (common.lua), arrival order
 -- KEYS[4] deadlines    <prefix>{key}:qt     zset waiter -> server-time ms after which it is skipped
@@ -12,33 +12,37 @@
 -- ARGV[5] waiter bound in ms: a waiter that does not call again within it is skipped
 -- ARGV[6] wake-up channel prefix (unused; kept for the argument layout)
 -- ARGV[7] "1" if the waiter may already be queued
+-- ARGV[8] request id: unique per call; the same call sent again takes no
+--         second level (""/absent: not retry-safe)
+-- ARGV[9] token floor in µs (new_token), "" or absent: the server's clock
 --
--- Returns {1, token, fresh}: held (fresh = 1 for a new acquisition, or a
--- grant taken, 0 on re-entry), or {0, ms}: not held, wait at most ms before
--- trying again.
+-- Returns {1, token, fresh}: held (token: the hold's fencing token; fresh =
+-- 1 for a new acquisition or a grant taken, 0 on re-entry), or {0, ms,
+-- counter}: not held, wait at most ms before trying again.
 local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
 local fair, bound, queued = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[7] == '1'
-
-local function token()
-  local t = redis.call('get', fence)
-  if t and not tonumber(t) then return redis.error_reply('lock: fencing counter ' .. fence .. ' is not a number') end
-  return tonumber(t or 0)
-end
+local req, floor = ARGV[8] or '', ARGV[9]
 
 if redis.call('exists', lock) == 1 then
-  local count = redis.call('hget', lock, owner)
-  if count then
-    if not tonumber(count) then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
-    local t = token()
-    if type(t) == 'table' then return t end
-    if waiter ~= '' and redis.call('hget', lock, GRANT) == waiter then
+  local lvl = LEVEL .. req
+  local v = redis.call('hmget', lock, owner, GRANT, lvl)
+  if v[1] then
+    if not tonumber(v[1]) then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
+    local t = hold_token(lock, fence)
+    if waiter ~= '' and v[2] == waiter then
       -- A release granted the lock to this waiter: take it (its message was lost or late).
       redis.call('hdel', lock, GRANT)
       redis.call('pexpire', lock, ttl)
       return {1, t, 1}
     end
+    if req ~= '' and v[3] then
+      -- This very call ran before (its reply was lost): the same answer, no second level.
+      redis.call('pexpire', lock, ttl)
+      return {1, t, tonumber(v[3])}
+    end
     redis.call('hincrby', lock, owner, 1)
+    if req ~= '' then redis.call('hset', lock, lvl, 0) end
     redis.call('pexpire', lock, ttl)
     return {1, t, 0}
   end
@@ -46,13 +50,18 @@ else
   local first
   if fair then first = head(queue, deadlines) end
   if not fair or not first or first == waiter then
-    redis.call('hset', lock, owner, 1)
+    local t = new_token(fence, floor) -- first: a corrupted counter fails before any write
+    if req ~= '' then
+      redis.call('hset', lock, owner, 1, TOKEN, string.format('%.0f', t), LEVEL .. req, 1)
+    else
+      redis.call('hset', lock, owner, 1, TOKEN, string.format('%.0f', t))
+    end
     redis.call('pexpire', lock, ttl)
     if queued then
       redis.call('lrem', queue, 1, waiter)
       redis.call('zrem', deadlines, waiter)
     end
-    return {1, new_token(fence), 1}
+    return {1, t, 1}
   end
 end
 

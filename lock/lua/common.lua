@@ -14,28 +14,65 @@
 
 local GRANT = '\0grant'
 
-local now_ms
--- clock returns Redis server time in ms (read once per script).
-local function clock()
-  if not now_ms then
+-- fail aborts the script with an error reply (from inside a helper, where
+-- returning redis.error_reply would not end the script).
+local function fail(msg) error({err = msg}) end
+
+local now_s, now_us
+-- time reads Redis server time once per script: seconds and microseconds.
+local function time()
+  if not now_s then
     local t = redis.call('time')
-    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now_s, now_us = tonumber(t[1]), tonumber(t[2])
   end
-  return now_ms
+  return now_s, now_us
 end
 
--- new_token increments the fencing counter. A new (or lost, e.g. after a
--- restart without data) counter starts at the server's time in microseconds:
--- larger than any token issued before, unless more than one acquisition per
--- microsecond was ever made.
-local function new_token(fence)
-  local t = redis.call('incr', fence)
-  if t == 1 then
-    local s = redis.call('time')
-    t = tonumber(s[1]) * 1000000 + tonumber(s[2])
-    redis.call('set', fence, t)
+-- clock returns Redis server time in ms.
+local function clock()
+  local s, us = time()
+  return s * 1000 + math.floor(us / 1000)
+end
+
+-- new_token takes the next fencing token: the larger of the counter + 1 and
+-- the server's time in microseconds (or floor, if given: a caller that runs
+-- the lock on several servers passes one clock reading to all of them, so
+-- that their tokens agree), stored back in the counter. By induction every
+-- token is at most that clock at the moment it is handed out, as long as no
+-- two acquisitions of the key come within a microsecond (a script takes
+-- longer). So when the counter comes back with an old value (a restart from
+-- an older RDB, the lost tail of an everysec AOF, a failover to a lagging
+-- replica) or not at all, the clock alone exceeds every token handed out
+-- before, unless the clock went back.
+local function new_token(fence, floor)
+  local c = redis.call('get', fence)
+  local n = tonumber(c or 0)
+  if not n then fail('lock: fencing counter ' .. fence .. ' is not a number') end
+  local f = tonumber(floor or 0) or 0
+  if f <= 0 then
+    local s, us = time()
+    f = s * 1000000 + us
   end
+  local t = math.max(n + 1, f)
+  redis.call('set', fence, string.format('%.0f', t))
   return t
+end
+
+-- Reserved hash fields (owners may not start with a NUL byte):
+--   TOKEN          the fencing token of the hold (set when it is created;
+--                  re-entry answers it, renew and release check it)
+--   LEVEL .. id    one per hold level: the id of the call that took it, "1"
+--                  if that was the hold's fresh acquisition, "0" re-entry.
+--                  A call sent again (its reply was lost and go-redis or
+--                  the caller retried) finds its level and takes no other.
+local TOKEN, LEVEL = '\0t', '\0l:'
+
+-- hold_token returns the fencing token of the hold in lock (a hash written
+-- before TOKEN existed: the counter's value).
+local function hold_token(lock, fence)
+  local t = tonumber(redis.call('hget', lock, TOKEN))
+  if t then return t end
+  return tonumber(redis.call('get', fence)) or 0
 end
 
 -- head drops the waiters whose deadline passed (server time) and returns the
@@ -65,7 +102,7 @@ local function pass(lock, fence, queue, deadlines, prefix)
   local t = new_token(fence) -- first: a corrupted counter fails before any grant
   redis.call('lpop', queue)
   redis.call('zrem', deadlines, w)
-  redis.call('hset', lock, owner, 1, GRANT, w)
+  redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, string.format('%.0f', t), LEVEL .. id, 1)
   redis.call('pexpire', lock, ms)
   redis.call('publish', prefix .. string.match(id, '^(.*):'), id .. '|' .. string.format('%.0f', t))
   return true

@@ -5,30 +5,55 @@
 -- releases instead, exactly as release.lua does at zero (delete and pass
 -- the lock to that waiter), so local hand-offs never starve other clients.
 --
+-- Safe to retry: sent again after its reply was lost, it finds what it did
+-- (the new owner's level, or its release marker) and answers the same.
+--
 -- KEYS[1] lock hash    <prefix>{key}
 -- KEYS[2] fence        <prefix>{key}:fence
 -- KEYS[3] queue        <prefix>{key}:q
 -- KEYS[4] deadlines    <prefix>{key}:qt
+-- KEYS[5] marker       <prefix>{key}:r:<request id>, or absent
 -- ARGV[1] owner (the releasing one)
 -- ARGV[2] new owner (the local waiter's)
 -- ARGV[3] new owner's TTL in ms
 -- ARGV[4] wake-up channel prefix
+-- ARGV[5] the releasing level's id (acquire.lua's request id), or ""/absent
+-- ARGV[6] the new level's id (its call id), or ""/absent
+-- ARGV[7] token floor in µs (new_token), or ""/absent
+-- ARGV[8] marker TTL in ms (with KEYS[5])
 --
 -- Returns {1, token}: handed over (token: the new owner's fencing token);
 -- {0}: released (passed to another client's waiter); {-1}: owner did not
 -- hold the lock; {-2}: owner holds more than one level (nothing done).
-local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, fence, queue, deadlines, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, newOwner, ttl, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local req, newReq, floor, markerTTL = ARGV[5] or '', ARGV[6] or '', ARGV[7], ARGV[8]
 
-local count = redis.call('hget', lock, owner)
-if not count then return {-1} end
-count = tonumber(count)
+local v = redis.call('hmget', lock, owner, LEVEL .. req, TOKEN)
+if not v[1] or (req ~= '' and not v[2] and v[3]) then
+  -- Not held by this level: handed over or released by this very request
+  -- before (its reply was lost), or lost.
+  if newReq ~= '' and redis.call('hexists', lock, LEVEL .. newReq) == 1 then
+    return {1, hold_token(lock, fence)}
+  end
+  if marker and redis.call('exists', marker) == 1 then return {0} end -- passed to another client's waiter
+  return {-1}
+end
+local count = tonumber(v[1])
 if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
 if count > 1 then return {-2} end
 
 redis.call('del', lock)
+-- The releasing lease is done either way: a Release of it sent again
+-- answers "released" (release.lua reads the marker).
+if marker then redis.call('set', marker, 0, 'px', markerTTL) end
 if pass(lock, fence, queue, deadlines, prefix) then return {0} end
 
-redis.call('hset', lock, newOwner, 1)
+local t = new_token(fence, floor)
+if newReq ~= '' then
+  redis.call('hset', lock, newOwner, 1, TOKEN, string.format('%.0f', t), LEVEL .. newReq, 1)
+else
+  redis.call('hset', lock, newOwner, 1, TOKEN, string.format('%.0f', t))
+end
 redis.call('pexpire', lock, ttl)
-return {1, new_token(fence)}
+return {1, t}

@@ -17,11 +17,11 @@ local was = redis.call('zrem', deadlines, waiter)
 redis.call('lrem', queue, 0, waiter)
 if redis.call('hget', lock, GRANT) == waiter then
   -- Granted, never taken: drop the granted level.
-  local owner = string.match(waiter, '^[^|]*|%d+|(.*)$')
+  local id, owner = string.match(waiter, '^([^|]*)|%d+|(.*)$')
   local n = tonumber(redis.call('hget', lock, owner))
   if n and n > 1 then -- the owner re-entered through another call meanwhile
     redis.call('hincrby', lock, owner, -1)
-    redis.call('hdel', lock, GRANT)
+    redis.call('hdel', lock, GRANT, LEVEL .. id)
   else
     redis.call('del', lock)
   end

@@ -1,11 +1,18 @@
 -- release: drop one hold level; at zero delete the lock and pass it to the
 -- first live waiter (common.lua: grant it, or wake that one waiter only).
--- Safe to retry: a release that leaves hold levels stores its answer under a
--- per-request marker key, so that the same request sent again (its reply was
--- lost) returns that answer instead of dropping a second level. The
--- outermost release writes no marker: sent again, it finds the owner gone
--- and answers -1, dropping nothing. So the common, non-reentrant path costs
--- no extra key write (and no key to expire later).
+--
+-- Safe to retry: every release stores its answer under a per-request marker
+-- key for the release window, so the same request sent again (its reply was
+-- lost; go-redis or the caller retried) returns that answer instead of
+-- dropping a second level, or reporting "not held" for a lock it freed. The
+-- marker is read only when the owner's level is not found, so the common
+-- path reads one hash.
+--
+-- A release that names its level (ARGV[5], the id of the call that took it)
+-- drops only that level: if the hash holds the owner but not that level (a
+-- hold of the same owner that began after this one was lost), the level is
+-- not held. Without it (Node callers that do not track levels) any level of
+-- the owner is dropped.
 --
 -- KEYS[1] lock hash    <prefix>{key}
 -- KEYS[2] queue        <prefix>{key}:q
@@ -16,20 +23,26 @@
 -- ARGV[2] TTL in ms (set again when hold levels remain)
 -- ARGV[3] marker TTL in ms
 -- ARGV[4] wake-up channel prefix
+-- ARGV[5] the level's id (acquire.lua's request id), or ""/absent
 --
 -- Returns the hold levels left (0: freed), or -1 if owner did not hold the lock.
 local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local req = ARGV[5] or ''
 
-local done = redis.call('get', marker)
-if done then return tonumber(done) end
-
-local count = redis.call('hget', lock, owner)
-if not count then return -1 end
-count = tonumber(count)
+local lvl = LEVEL .. req
+local v = redis.call('hmget', lock, owner, lvl, TOKEN)
+if not v[1] or (req ~= '' and not v[2] and v[3]) then
+  -- Not held by this level: released before (the same request again), or lost.
+  local done = redis.call('get', marker)
+  if done then return tonumber(done) end
+  return -1
+end
+local count = tonumber(v[1])
 if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
 if count > 1 then
   redis.call('hset', lock, owner, count - 1)
+  if req ~= '' then redis.call('hdel', lock, lvl) end
   redis.call('pexpire', lock, ttl)
   redis.call('set', marker, count - 1, 'px', markerTTL)
   return count - 1
@@ -38,4 +51,5 @@ end
 -- The outermost release: the lock is free; pass it on.
 redis.call('del', lock)
 pass(lock, fence, queue, deadlines, prefix)
+redis.call('set', marker, 0, 'px', markerTTL)
 return 0

@@ -7,13 +7,17 @@
 --
 -- Returns {1, token} if set, {0, pttl ms} if held by anyone (also by value:
 -- the simple lock is not reentrant).
+local c = redis.call('get', KEYS[2])
+local n = tonumber(c or 0)
+if not n then return redis.error_reply('lock: fencing counter ' .. KEYS[2] .. ' is not a number') end
 if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
-  local t = redis.call('incr', KEYS[2])
-  if t == 1 then -- a new or lost counter starts at the server's time in µs
-    local s = redis.call('time')
-    t = tonumber(s[1]) * 1000000 + tonumber(s[2])
-    redis.call('set', KEYS[2], t)
-  end
+  -- The next token, as new_token in common.lua: the larger of the counter
+  -- + 1 and the server's clock in µs less one second, so it exceeds every
+  -- token handed out even when the counter came back with an old value (an
+  -- older RDB, a lost AOF tail, a lagging replica).
+  local s = redis.call('time')
+  local t = math.max(n + 1, (tonumber(s[1]) - 1) * 1000000 + tonumber(s[2]))
+  redis.call('set', KEYS[2], string.format('%.0f', t))
   return {1, t}
 end
 return {0, redis.call('pttl', KEYS[1])}

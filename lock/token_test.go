@@ -1,0 +1,148 @@
+package lock_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+)
+
+// cycles obtains and releases key n times on l and returns the last token.
+func cycles(t *testing.T, l lock.Locker, key string, n int) int64 {
+	t.Helper()
+	ctx := ctxTimeout(t, 10*time.Second)
+	var last int64
+	for range n {
+		le := mustObtain(t, ctx, l, key)
+		if le.Token() <= last {
+			t.Fatalf("token %d after %d: not increasing", le.Token(), last)
+		}
+		last = le.Token()
+		if err := le.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	return last
+}
+
+// lockers returns the two Redis lockers of the package on rdb.
+func lockers(t *testing.T, rdb redis.UniversalClient) map[string]lock.Locker {
+	t.Helper()
+	c := lock.New(rdb)
+	s := lock.NewSimple(rdb)
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return map[string]lock.Locker{"Client": c, "Simple": s}
+}
+
+// TestTokenAfterOlderSnapshot: Redis restarts from an RDB saved before the
+// last acquisitions (the fencing counter exists, with an old value). The
+// next token must still exceed every token handed out.
+func TestTokenAfterOlderSnapshot(t *testing.T) {
+	for _, name := range []string{"Client", "Simple"} {
+		t.Run(name, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			rdb := srv.Client(t)
+			l := lockers(t, rdb)[name]
+			key := uniqueKey(t)
+			cycles(t, l, key, 1)
+			snap, err := srv.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := cycles(t, l, key, 5)
+			if err := srv.RestartFromSnapshot(snap); err != nil {
+				t.Fatal(err)
+			}
+			if got := cycles(t, l, key, 1); got <= last {
+				t.Fatalf("token after restart from an older snapshot = %d, want > %d (the last one handed out)", got, last)
+			}
+		})
+	}
+}
+
+// TestTokenAfterLostAOFTail: an appendfsync everysec AOF loses its last
+// writes when the host crashes; the counter comes back with an old value.
+// (A SIGKILL alone loses nothing the kernel has; the crash is simulated by
+// cutting the AOF back to its length before the last acquisitions.)
+func TestTokenAfterLostAOFTail(t *testing.T) {
+	for _, name := range []string{"Client", "Simple"} {
+		t.Run(name, func(t *testing.T) {
+			srv := testserver.StartRedis(t, testserver.WithAOF("everysec"))
+			rdb := srv.Client(t)
+			l := lockers(t, rdb)[name]
+			key := uniqueKey(t)
+			cycles(t, l, key, 1)
+			aof := incrAOF(t, srv)
+			st, err := os.Stat(aof)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := cycles(t, l, key, 5)
+			srv.Kill()
+			if err := os.Truncate(aof, st.Size()); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if got := cycles(t, l, key, 1); got <= last {
+				t.Fatalf("token after losing the AOF tail = %d, want > %d", got, last)
+			}
+		})
+	}
+}
+
+// incrAOF returns the path of srv's incremental AOF file (Redis 7's
+// multi-part AOF: appendonlydir/*.incr.aof).
+func incrAOF(t *testing.T, srv *testserver.Redis) string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(srv.Dir(), "appendonlydir", "*.incr.aof"))
+	if err != nil || len(m) != 1 {
+		t.Fatalf("incremental AOF in %s: %v %v", srv.Dir(), m, err)
+	}
+	return m[0]
+}
+
+// TestTokenAfterFailoverToLaggingReplica: the replica misses the last
+// acquisitions (paused), the master dies, Sentinel promotes the replica.
+func TestTokenAfterFailoverToLaggingReplica(t *testing.T) {
+	for _, name := range []string{"Client", "Simple"} {
+		t.Run(name, func(t *testing.T) {
+			s := testserver.StartRedisSentinel(t)
+			rdb := s.Client(t)
+			l := lockers(t, rdb)[name]
+			key := uniqueKey(t)
+			cycles(t, l, key, 1)
+			// The replica has the first acquisition once it acknowledges it.
+			if err := rdb.Do(ctxTimeout(t, 5*time.Second), "WAIT", 1, 2000).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Paused, and cut from the master: the writes below never reach it
+			// (a paused process would still read what the kernel buffered).
+			if err := s.Replica().Pause(); err != nil {
+				t.Fatal(err)
+			}
+			master := redis.NewClient(&redis.Options{Addr: s.Master().Addr()})
+			defer master.Close()
+			if err := master.ClientKillByFilter(ctxTimeout(t, 5*time.Second), "TYPE", "replica").Err(); err != nil {
+				t.Fatal(err)
+			}
+			last := cycles(t, l, key, 5)
+			s.Master().Kill()
+			if err := s.Replica().Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Failover(ctxTimeout(t, 30*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if got := cycles(t, l, key, 1); got <= last {
+				t.Fatalf("token after failover to a lagging replica = %d, want > %d", got, last)
+			}
+		})
+	}
+}
