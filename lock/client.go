@@ -134,6 +134,23 @@ func (c *Client) grantTTL(ttl time.Duration) time.Duration { return min(ttl, c.o
 // wakePrefix is the prefix of every client's wake-up channel.
 func wakePrefix(prefix string) string { return prefix + "wake:" }
 
+// CheckKey returns an error wrapping ErrInvalid if key cannot name a lock:
+// empty, or beginning with '}'. A lock's Redis keys are "P{key}..." with
+// the hash tag {key}, so that they share one Cluster slot; a key that
+// begins with '}' makes the tag empty, Redis then hashes each whole key,
+// and the scripts would fail with CROSSSLOT on a Cluster. (Other braces
+// are fine: the tag then ends at the key's first '}', the same for every
+// key of the lock.)
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case key[0] == '}':
+		return fmt.Errorf("%w: key %q begins with '}' (it would break the Cluster hash tag)", ErrInvalid, key)
+	}
+	return nil
+}
+
 // resolve checks the call's arguments and applies defaults.
 func (c *Client) resolve(key string, opts []Option) (ObtainOptions, error) {
 	o := Apply(opts)
@@ -147,12 +164,15 @@ func (c *Client) resolve(key string, opts []Option) (ObtainOptions, error) {
 }
 
 func checkObtain(key string, o *ObtainOptions, defaultTTL time.Duration) error {
-	if key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalid)
+	if err := CheckKey(key); err != nil {
+		return err
 	}
 	if o.TTL == 0 {
 		o.TTL = defaultTTL
 	}
+	// Redis counts TTLs in whole milliseconds: the watchdog counts the same
+	// value, so that Lost never closes after the key expired.
+	o.TTL = o.TTL.Truncate(time.Millisecond)
 	if o.TTL < MinTTL {
 		return fmt.Errorf("%w: TTL %v (minimum %v)", ErrInvalid, o.TTL, MinTTL)
 	}
@@ -277,7 +297,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 		}
 		res, err := c.acquire(ctx, keys, argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued, argID)
 		if err != nil {
-			if waiter != "" && queued == argYes {
+			if w != "" { // this attempt may have queued the waiter before its answer was lost
 				c.leave(ctx, keys, waiter)
 			}
 			if ctx.Err() != nil {

@@ -16,12 +16,13 @@ func (c *Client) resolve(key string, opts []lock.Option) (lock.ObtainOptions, er
 	if c == nil {
 		return o, invalid("nil *redlock.Client")
 	}
-	if key == "" {
-		return o, invalid("empty key")
+	if lock.CheckKey(key) != nil {
+		return o, invalid("key %q is empty or begins with '}' (see lock.CheckKey)", key)
 	}
 	if o.TTL == 0 {
 		o.TTL = c.o.ttl
 	}
+	o.TTL = o.TTL.Truncate(time.Millisecond) // as the masters count it
 	if err := c.o.checkTTL(o.TTL, "TTL"); err != nil {
 		return o, err
 	}

@@ -76,23 +76,30 @@ local function hold_token(lock, fence)
 end
 
 -- head drops the waiters whose deadline passed (server time) and returns the
--- first live one, or nil.
-local function head(queue, deadlines)
+-- first live one, or nil. With lock (a hash about to be freed), it also
+-- drops the entries of calls that hold a level of it: such a call queued,
+-- its answer was lost, and it acquired later (a resent script); granting
+-- the lock to it would leave the lock to nobody.
+local function head(queue, deadlines, lock)
   while true do
     local w = redis.call('lindex', queue, 0)
     if not w then return nil end
     local d = redis.call('zscore', deadlines, w)
-    if d and tonumber(d) > clock() then return w end
+    if d and tonumber(d) > clock() and not
+      (lock and redis.call('hexists', lock, LEVEL .. string.match(w, '^[^|]*')) == 1) then
+      return w
+    end
     redis.call('lpop', queue)
     redis.call('zrem', deadlines, w)
   end
 end
 
--- pass gives a lock that was just freed to the first live waiter: a granted
--- one holds it at once, a woken one is told to try. It returns whether
--- there was such a waiter.
+-- pass frees the lock (deletes the hash) and gives it to the first live
+-- waiter: a granted one holds it at once, a woken one is told to try. It
+-- returns whether there was such a waiter.
 local function pass(lock, fence, queue, deadlines, prefix)
-  local w = head(queue, deadlines)
+  local w = head(queue, deadlines, lock)
+  redis.call('del', lock)
   if not w then return false end
   local id, ms, owner = string.match(w, '^([^|]*)|(%d+)|(.*)$')
   if not id then

@@ -13,6 +13,5 @@ local lock, queue, deadlines, fence, prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local kind = redis.call('type', lock)['ok']
 if kind == 'none' then return 0 end
 if kind ~= 'hash' then return redis.error_reply('lock: ' .. lock .. ' holds a ' .. kind .. ', not a lock') end
-redis.call('del', lock)
-pass(lock, fence, queue, deadlines, prefix)
+pass(lock, fence, queue, deadlines, prefix) -- deletes the hash first
 return 1

@@ -43,11 +43,10 @@ local count = tonumber(v[1])
 if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
 if count > 1 then return {-2} end
 
-redis.call('del', lock)
 -- The releasing lease is done either way: a Release of it sent again
 -- answers "released" (release.lua reads the marker).
 if marker then redis.call('set', marker, 0, 'px', markerTTL) end
-if pass(lock, fence, queue, deadlines, prefix) then return {0} end
+if pass(lock, fence, queue, deadlines, prefix) then return {0} end -- (the hash is deleted either way)
 
 local t = new_token(fence, floor)
 if newReq ~= '' then

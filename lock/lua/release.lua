@@ -49,7 +49,6 @@ if count > 1 then
 end
 
 -- The outermost release: the lock is free; pass it on.
-redis.call('del', lock)
-pass(lock, fence, queue, deadlines, prefix)
+pass(lock, fence, queue, deadlines, prefix) -- deletes the hash first
 redis.call('set', marker, 0, 'px', markerTTL)
 return 0

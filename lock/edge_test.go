@@ -1,0 +1,159 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+)
+
+// TestBracesInKeysOnCluster: a key that begins with '}' would make the hash
+// tag empty and the lock's keys fall in different slots (CROSSSLOT): it is
+// refused with ErrInvalid. Other braces work on a Cluster.
+func TestBracesInKeysOnCluster(t *testing.T) {
+	cl := testserver.StartRedisCluster(t)
+	rdb := cl.Client(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	for name, l := range lockers(t, rdb) {
+		t.Run(name, func(t *testing.T) {
+			for _, key := range []string{"}", "}x", "}{x}"} {
+				if _, err := l.TryObtain(ctx, key); !errors.Is(err, lock.ErrInvalid) {
+					t.Errorf("TryObtain(%q) = %v, want ErrInvalid", key, err)
+				}
+			}
+			for _, key := range []string{"a}b", "{x}", "x{y", "{", "a{b}c}d", uniqueKey(t) + "}"} {
+				le, err := l.Obtain(ctx, key)
+				if err != nil {
+					t.Errorf("Obtain(%q) on a Cluster: %v", key, err)
+					continue
+				}
+				if err := le.Release(ctx); err != nil {
+					t.Errorf("Release(%q) on a Cluster: %v", key, err)
+				}
+			}
+		})
+	}
+}
+
+// TestTTLWholeMilliseconds: Redis keeps a lock for whole milliseconds; the
+// lease must count the same TTL, so that Lost closes no later than the key
+// expires. With a clock stopped at the acquisition and then moved to just
+// past the whole-millisecond TTL (renewals cut off), the lease is lost.
+func TestTTLWholeMilliseconds(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	c := lock.New(rdb, lock.WithClock(clock))
+	t.Cleanup(func() { c.Close() })
+	ctx := ctxTimeout(t, 10*time.Second)
+	l := mustObtain(t, ctx, c, uniqueKey(t), lock.WithTTL(300*time.Millisecond+900*time.Microsecond))
+	proxy.SetBlackhole(true)
+	t.Cleanup(func() { proxy.SetBlackhole(false) })
+	now.Add(int64(300*time.Millisecond + 100*time.Microsecond)) // past Redis's 300 ms
+	waitClosed(t, l.Lost(), 2*time.Second, "Lost once Redis's whole-millisecond TTL has passed")
+}
+
+// TestHolderOwnStaleEntryDropped: a call queued its waiter entry, its
+// answer was lost, and the same call (the script resent) then acquired the
+// free lock without queueing: the entry stays in the queue. The release
+// must not grant the lock to that entry (nobody would take it).
+func TestHolderOwnStaleEntryDropped(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := shared.Client(t)
+	key := uniqueKey(t)
+	node, _ := lock.NewNode("")
+	k := node.Keys(key)
+	keys := []string{k.Lock, k.Fence, k.Queue, k.Deadlines}
+	acquire := lock.Scripts()["acquire.lua"]
+	id := "c0ffee:1"
+	waiter := id + "|5000|" + "owner-a"
+	// acquire.lua's arguments: owner, TTL, waiter, fair, waiter bound,
+	// channel prefix, queued, request id.
+	args := []any{"owner-a", 5000, waiter, "0", 5000, lock.DefaultPrefix + "wake:", "0", id}
+	if err := rdb.HSet(ctx, k.Lock, "owner-b", 1).Err(); err != nil { // held by another
+		t.Fatal(err)
+	}
+	if res, err := acquire.Run(ctx, rdb, keys, args...).Slice(); err != nil || res[0].(int64) != 0 {
+		t.Fatalf("first run: %v %v, want not held (queued)", res, err)
+	}
+	if err := rdb.Del(ctx, k.Lock).Err(); err != nil { // the other hold expires
+		t.Fatal(err)
+	}
+	if res, err := acquire.Run(ctx, rdb, keys, args...).Slice(); err != nil || res[0].(int64) != 1 {
+		t.Fatalf("resent run: %v %v, want held", res, err)
+	}
+	c := newClient(t, nil)
+	info, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Waiters) != 1 {
+		t.Fatalf("queue %v, want the stale entry (the setup failed)", info.Waiters)
+	}
+	left, err := node.Release(ctx, rdb, key, lock.NodeRelease{Owner: "owner-a", TTL: 5 * time.Second, Request: "r1", Level: id})
+	if err != nil || left != 0 {
+		t.Fatalf("Release: %d %v", left, err)
+	}
+	if info, err = c.Inspect(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if info.Held() || len(info.Waiters) != 0 {
+		t.Fatalf("after the release: %+v, want free with an empty queue", info)
+	}
+}
+
+// TestFailedQueueingLeaves: an attempt that queued its waiter but whose
+// answer was lost (no retry) fails Obtain; the client takes the waiter out
+// of the queue, so no later release grants the lock to a call that ended.
+func TestFailedQueueingLeaves(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	r := &replyLoser{}
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.dial, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	for _, s := range lock.Scripts() {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := lock.New(rdb)
+	t.Cleanup(func() { c.Close() })
+	holder := newClient(t, nil)
+	// One wait first: the client is subscribed, so its next Obtain queues
+	// from its first attempt.
+	key0 := uniqueKey(t)
+	h0 := mustObtain(t, ctx, holder, key0)
+	time.AfterFunc(50*time.Millisecond, func() { h0.Release(context.Background()) })
+	l0 := mustObtain(t, ctx, c, key0)
+	l0.Release(ctx)
+
+	key := uniqueKey(t)
+	h := mustObtain(t, ctx, holder, key)
+	r.arm("acquire.lua")
+	if _, err := c.Obtain(ctx, key); err == nil {
+		t.Fatal("Obtain succeeded although its only attempt's answer was lost")
+	}
+	wantLost(t, r)
+	info, err := holder.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Waiters) != 0 {
+		t.Fatalf("queue after the failed Obtain: %v, want empty", info.Waiters)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ = holder.Inspect(ctx, key); info.Held() {
+		t.Fatalf("after the release: held by %v, want free", info.Owners)
+	}
+}
