@@ -117,8 +117,8 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 // of the queue, so no later release grants the lock to a call that ended.
 func TestFailedQueueingLeaves(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	r := &replyLoser{}
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.dial, MaxRetries: -1})
+	r := &testserver.ReplyLoser{}
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	for _, s := range lock.Scripts() {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
@@ -138,7 +138,7 @@ func TestFailedQueueingLeaves(t *testing.T) {
 
 	key := uniqueKey(t)
 	h := mustObtain(t, ctx, holder, key)
-	r.arm("acquire.lua")
+	r.Arm(lock.Scripts()["acquire.lua"].Hash())
 	if _, err := c.Obtain(ctx, key); err == nil {
 		t.Fatal("Obtain succeeded although its only attempt's answer was lost")
 	}

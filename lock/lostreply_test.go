@@ -1,89 +1,24 @@
 package lock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
-
-// replyLoser is a go-redis Dialer whose connections lose the reply to the
-// next command carrying an armed script's SHA: the command reaches Redis
-// and runs, then the connection is cut before its reply is read, and
-// go-redis (default options: MaxRetries 3) sends it again on a new
-// connection. So the script runs twice, as after a real lost reply.
-type replyLoser struct {
-	mu    sync.Mutex
-	armed [][]byte // SHAs whose next reply is lost, once each
-	lost  atomic.Int32
-}
-
-func (r *replyLoser) arm(script string) {
-	r.mu.Lock()
-	r.armed = append(r.armed, []byte(lock.Scripts()[script].Hash()))
-	r.mu.Unlock()
-}
-
-// take reports whether b carries an armed SHA, and disarms it.
-func (r *replyLoser) take(b []byte) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i, sha := range r.armed {
-		if bytes.Contains(b, sha) {
-			r.armed = append(r.armed[:i], r.armed[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-func (r *replyLoser) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &loserConn{Conn: c, r: r}, nil
-}
-
-type loserConn struct {
-	net.Conn
-	r   *replyLoser
-	cut atomic.Bool
-}
-
-func (c *loserConn) Write(b []byte) (int, error) {
-	if c.r.take(b) {
-		c.cut.Store(true)
-	}
-	return c.Conn.Write(b)
-}
-
-func (c *loserConn) Read(b []byte) (int, error) {
-	if c.cut.Load() {
-		time.Sleep(30 * time.Millisecond) // Redis runs the script and answers
-		c.Conn.Close()
-		c.r.lost.Add(1)
-		return 0, io.EOF
-	}
-	return c.Conn.Read(b)
-}
 
 // lossyClient returns a lock Client whose go-redis client has the default
 // options (retries included) and a replyLoser dialer. Every script is loaded
 // first, so that EVALSHA runs the script on the first try.
-func lossyClient(t *testing.T) (*lock.Client, *replyLoser, redis.UniversalClient) {
+func lossyClient(t *testing.T) (*lock.Client, *testserver.ReplyLoser, redis.UniversalClient) {
 	t.Helper()
-	r := &replyLoser{}
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.dial})
+	r := &testserver.ReplyLoser{}
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial})
 	t.Cleanup(func() { rdb.Close() })
 	for _, s := range lock.Scripts() {
 		if err := s.Load(context.Background(), rdb).Err(); err != nil {
@@ -105,9 +40,9 @@ func owners(t *testing.T, ctx context.Context, c *lock.Client, key string) map[s
 	return info.Owners
 }
 
-func wantLost(t *testing.T, r *replyLoser) {
+func wantLost(t *testing.T, r *testserver.ReplyLoser) {
 	t.Helper()
-	if r.lost.Load() == 0 {
+	if r.Lost() == 0 {
 		t.Fatal("no reply was lost: the fault did not happen")
 	}
 }
@@ -118,7 +53,7 @@ func TestLostReplyFreshAcquisition(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	c, r, _ := lossyClient(t)
 	key := uniqueKey(t)
-	r.arm("acquire.lua")
+	r.Arm(lock.Scripts()["acquire.lua"].Hash())
 	l := mustObtain(t, ctx, c, key)
 	wantLost(t, r)
 	owner := l.(interface{ Owner() string }).Owner()
@@ -140,7 +75,7 @@ func TestLostReplyReentry(t *testing.T) {
 	c, r, _ := lossyClient(t)
 	key := uniqueKey(t)
 	outer := mustObtain(t, ctx, c, key)
-	r.arm("acquire.lua")
+	r.Arm(lock.Scripts()["acquire.lua"].Hash())
 	inner := mustObtain(t, ctx, c, key)
 	wantLost(t, r)
 	if inner.Token() != outer.Token() {
@@ -166,7 +101,7 @@ func TestLostReplyRelease(t *testing.T) {
 	c, r, _ := lossyClient(t)
 	key := uniqueKey(t)
 	l := mustObtain(t, ctx, c, key)
-	r.arm("release.lua")
+	r.Arm(lock.Scripts()["release.lua"].Hash())
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release whose reply was lost and resent: %v, want nil (it released the lock)", err)
 	}
@@ -193,7 +128,7 @@ func TestLostReplyHandoff(t *testing.T) {
 		next <- l
 	}()
 	time.Sleep(100 * time.Millisecond) // the second goroutine lines up behind the first
-	r.arm("handoff.lua")
+	r.Arm(lock.Scripts()["handoff.lua"].Hash())
 	if err := first.Release(ctx); err != nil {
 		t.Fatalf("Release that handed over, whose reply was lost and resent: %v, want nil", err)
 	}
@@ -224,7 +159,7 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 	c, r, _ := lossyClient(t)
 	key := uniqueKey(t)
 	l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
-	r.arm("renew.lua")
+	r.Arm(lock.Scripts()["renew.lua"].Hash())
 	time.Sleep(400 * time.Millisecond) // past a renewal, and past the TTL
 	wantLost(t, r)
 	select {
@@ -234,7 +169,7 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 	}
 	waiter, r2, _ := lossyClient(t) // another client: its waiter queues in Redis
 	wctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
-	r2.arm("leave.lua")
+	r2.Arm(lock.Scripts()["leave.lua"].Hash())
 	if _, err := waiter.Obtain(wctx, key); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("Obtain of a held lock: %v", err)
 	}
@@ -250,5 +185,36 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLostReplySimple: Simple's obtain and release, each resent after a lost
+// reply: the resent obtain holds (it does not wait for its own key to
+// expire), the resent release reports success.
+func TestLostReplySimple(t *testing.T) {
+	ctx := ctxTimeout(t, 5*time.Second)
+	r := &testserver.ReplyLoser{}
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial})
+	t.Cleanup(func() { rdb.Close() })
+	for _, s := range lock.Scripts() {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := lock.NewSimple(rdb, lock.WithDefaultTTL(20*time.Second))
+	t.Cleanup(func() { s.Close() })
+	key := uniqueKey(t)
+	r.Arm(lock.Scripts()["simple_obtain.lua"].Hash())
+	l, err := s.Obtain(ctx, key)
+	if err != nil {
+		t.Fatalf("Obtain whose reply was lost and resent: %v", err)
+	}
+	wantLost(t, r)
+	r.Arm(lock.Scripts()["simple_release.lua"].Hash())
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release whose reply was lost and resent: %v, want nil", err)
+	}
+	if _, err := lock.NewSimple(shared.Client(t)).TryObtain(ctx, key); err != nil {
+		t.Fatalf("TryObtain after the release: %v", err)
 	}
 }

@@ -237,11 +237,14 @@ func parseRelease(lockKey string, cmd *redis.Cmd) (int64, error) {
 	return left, nil
 }
 
-// Renew sets key's TTL on rdb again if owner holds it (renew.lua). It
-// reports whether owner held it.
-func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner string, ttl time.Duration) (bool, error) {
+// Renew sets key's TTL on rdb again if owner holds it (renew.lua) and, if
+// level is not empty, holds it through the hold that has that level (the
+// Request of one of its acquisitions): a hold the owner took again after
+// losing the one level belongs to is not renewed. It reports whether the
+// hold was renewed.
+func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner, level string, ttl time.Duration) (bool, error) {
 	k := lockKeys(n.pfx(), key)
-	v, err := renewScript.Run(ctx, rdb, k[:1], owner, max(ttl.Milliseconds(), 1)).Int64()
+	v, err := renewScript.Run(ctx, rdb, k[:1], owner, max(ttl.Milliseconds(), 1), "", level).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: renew %q: %w", k[0], err)
 	}

@@ -89,7 +89,7 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 		return &lease{c: c, h: old}
 	}
 	h := &hold{k: k, levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
-	h.wd = c.startWatchdog(key, owner, o, a.start, pl)
+	h.wd = c.startWatchdog(key, owner, a.level, o, a.start, pl)
 	c.holds[k] = h
 	closed := c.closed
 	c.mu.Unlock()
@@ -107,7 +107,7 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 // lease's life as TTL − drift from the start of the last successful round
 // (the acquisition's for the first), so Lost closes before the masters'
 // holds can have expired.
-func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start time.Time, pl *place) *watchdog.Watchdog {
+func (c *Client) startWatchdog(key, owner, level string, o lock.ObtainOptions, start time.Time, pl *place) *watchdog.Watchdog {
 	var onLost func(error)
 	if pl != nil {
 		onLost = func(error) { pl.leave() } // a lost hold lets the next in line try
@@ -119,7 +119,7 @@ func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start ti
 		MaxHold:     o.MaxHold,
 		LastRenewed: start,
 		Now:         c.o.now,
-		Renew:       func(ctx context.Context) error { return c.renew(ctx, key, owner, o.TTL) },
+		Renew:       func(ctx context.Context) error { return c.renew(ctx, key, owner, level, o.TTL) },
 	})
 	if err != nil { // o was validated by checkTTL: this is a bug
 		panic(err)
@@ -131,7 +131,7 @@ func (c *Client) startWatchdog(key, owner string, o lock.ObtainOptions, start ti
 // of renewals, an error matching watchdog.ErrNotHeld (and lock.ErrNotHeld)
 // when so many masters answered "not held" that a quorum is impossible,
 // and otherwise an error joining ErrNoQuorum with the masters' errors.
-func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration) error {
+func (c *Client) renew(ctx context.Context, key, owner, level string, ttl time.Duration) error {
 	n := len(c.masters)
 	rs := fanOut(c, ctx, c.o.slowTimeout(), nil, func(out []reply[bool]) bool {
 		ok, notHeld := 0, 0
@@ -146,7 +146,7 @@ func (c *Client) renew(ctx context.Context, key, owner string, ttl time.Duration
 		}
 		return ok >= c.quorum || notHeld > n-c.quorum
 	}, nil, blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
-		return c.node.Renew(ctx, rdb, key, owner, ttl)
+		return c.node.Renew(ctx, rdb, key, owner, level, ttl)
 	}))
 	ok, notHeld := 0, 0
 	var errs []error

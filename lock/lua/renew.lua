@@ -3,14 +3,20 @@
 -- KEYS[1] lock hash    <prefix>{key}
 -- ARGV[1] owner
 -- ARGV[2] TTL in ms
--- ARGV[3] the hold's fencing token, or ""/absent: a hold of the same owner
---         with another token (this one was lost, and the owner took the lock
---         again, through this client or another) is not renewed
+-- ARGV[3] the hold's fencing token, or ""/absent
+-- ARGV[4] a level of the hold (acquire.lua's request id), or ""/absent
+--
+-- A hold of the same owner with another token, or without that level (this
+-- one was lost, and the owner took the lock again, through this client or
+-- another), is not renewed.
 --
 -- Returns 1 if renewed, 0 if owner does not hold the lock.
-local v = redis.call('hmget', KEYS[1], ARGV[1], '\0t')
+local token, level = ARGV[3] or '', ARGV[4] or ''
+local v = redis.call('hmget', KEYS[1], ARGV[1], '\0t', '\0l:' .. level)
 if not v[1] then return 0 end
-local token = ARGV[3] or ''
-if token ~= '' and v[2] and v[2] ~= token then return 0 end
+if v[2] then -- a hold that records its token and levels (common.lua)
+  if token ~= '' and v[2] ~= token then return 0 end
+  if level ~= '' and not v[3] then return 0 end
+end
 redis.call('pexpire', KEYS[1], ARGV[2])
 return 1

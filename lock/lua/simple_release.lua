@@ -1,10 +1,16 @@
--- simple_release: compare-and-delete.
+-- simple_release: compare-and-delete, safe to resend.
 --
--- KEYS[1] lock         <prefix>{key}
+-- KEYS[1] lock         <prefix>simple:{key}
+-- KEYS[2] marker       <prefix>simple:{key}:r:<value>, kept for the release window
 -- ARGV[1] value (owner)
+-- ARGV[2] marker TTL in ms
 --
--- Returns 1 if deleted, 0 if the key was not held with value.
+-- Returns 1 if deleted (or deleted by this same release before: its reply
+-- was lost and it was sent again), 0 if the key was not held with value.
 if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
+  redis.call('del', KEYS[1])
+  redis.call('set', KEYS[2], 1, 'px', ARGV[2])
+  return 1
 end
+if redis.call('exists', KEYS[2]) == 1 then return 1 end
 return 0
