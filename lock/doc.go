@@ -13,17 +13,21 @@
 // script touches one Redis Cluster slot and the same code runs on a single
 // node, Sentinel and Cluster through redis.UniversalClient:
 //
-//	P{key}            hash    owner -> hold count; PEXPIRE TTL; field "\x00grant": a granted waiter's entry
+//	P{key}            hash    owner -> hold count; PEXPIRE TTL; reserved fields (owners never start with NUL):
+//	                          "\x00t" the hold's fencing token, "\x00l:<call id>" one per hold level
+//	                          ("1" fresh, "0" re-entry), "\x00grant" a granted waiter's entry
 //	P{key}:fence      string  fencing counter; no TTL, never deleted by a release
 //	P{key}:q          list    queued waiters, in arrival order: "<client id>:<n>|<grant ms>|<owner>"
 //	P{key}:qt         zset    waiter -> deadline (Redis server time, ms)
-//	P{key}:r:<req>    string  answer of one release, kept for the release window
+//	P{key}:r:<id>     string  answer of the release of the level taken by call <id>, kept for the release window
 //	P wake:<client>   channel one per Client; a message names one of its waiters: "<client id>:<n>"
 //	                          (wake up and try) or "<client id>:<n>|<token>" (the lock is granted to you)
 //
 // (The channel is "P" + "wake:" + the client id.) Simple uses a string at
-// P simple:{key} (holding the holder's random value, PX TTL) and its own
-// fencing counter at P simple:{key}:fence.
+// P simple:{key} (holding the holder's random value, PX TTL), its own
+// fencing counter at P simple:{key}:fence and a release marker at
+// P simple:{key}:r:<value>. A key may not begin with '}' (CheckKey): the
+// hash tag would be empty and the keys fall in different Cluster slots.
 //
 // # Algorithm
 //
@@ -35,14 +39,15 @@
 // once, as a plain EVALSHA.
 //
 // Acquire (acquire.lua): if the hash holds the caller's owner, increment its
-// count and re-arm the TTL (re-entry: the token is the counter's current
-// value, the same as at the fresh acquisition). If the hash is absent, create
-// it with count 1, PEXPIRE TTL, and take the next fencing token from the
-// counter. Otherwise queue the caller's waiter entry (or refresh its
-// deadline to server time + the waiter timeout) and return the holder's PTTL
-// and the fencing counter's value.
+// count, record the level and re-arm the TTL (re-entry: the token is the
+// hold's, recorded in the hash at the fresh acquisition). If the hash is
+// absent, take the next fencing token (see Fencing) and create the hash
+// with count 1, the token and the level, PEXPIRE TTL. Otherwise queue the
+// caller's waiter entry (or refresh its deadline to server time + the
+// waiter timeout) and return the holder's PTTL and the fencing counter's
+// value.
 //
-// Release (release.lua): not the owner's → not held. Decrement; at zero
+// Release (release.lua): not the owner's level → not held. Decrement; at zero
 // delete the hash and grant the lock to the first live queued waiter: in
 // the same script its owner becomes the holder (count 1, the next fencing
 // token, a TTL of min(its TTL, its waiter timeout)), the entry is recorded
@@ -121,13 +126,35 @@
 // of the last d after such a loss; without a loss the counter alone keeps
 // them increasing.
 //
-// Retry-safe release: each lease's release carries a request id. A release
-// that leaves levels held stores its answer under P{key}:r:<req> for the
-// release window, so a repeated release (the reply was lost; go-redis or the
-// caller retries) returns that answer instead of dropping a second level.
-// The outermost release writes no marker (it deletes the hash, the common
-// case stays at one key written); repeating it finds the lock gone and
-// returns ErrNotHeld, which drops nothing.
+// Hold identity: the hash records the fencing token of the hold
+// ("\x00t"), set when the hold is created (fresh acquisition, grant or
+// hand-off). Re-entry answers that token, so every level of a hold carries
+// the hold's token; renew.lua renews only the hold with the lease's token.
+// The Client joins a new level to a live local hold only when Redis
+// answered that hold's token. A fresh acquisition by an owner whose local
+// hold is still live means Redis lost that hold (a failover, an eviction,
+// a restart, ForceRelease, expiry while the holder was paused): the old
+// hold is reported lost at once (Lost closes, Do's ctx is cancelled with
+// ErrLockLost, cause ErrNotHeld), and the new lease is a new hold with a
+// new token, never a level of the old one. The same owner taking the lock
+// again through another Client makes the old hold's next renewal fail.
+//
+// Resent commands: go-redis sends a command again after a network error on
+// the read (MaxRetries, 3 by default), when Redis may have run it already,
+// and a caller may retry a Release. Every call's id is written with the
+// level it takes ("\x00l:<id>"): acquire.lua sent again finds its level and
+// answers as the first time, taking no second level (also when the first
+// run found the lock held and queued the waiter, and the second took the
+// freed lock: the release then skips that call's queue entry). release.lua
+// drops only its own level and stores its answer under P{key}:r:<id> for the
+// release window (the outermost release too), read only when the level is
+// gone, so a release sent again answers as the first did: never a second
+// level dropped, never ErrNotHeld for a lock it freed. handoff.lua sent
+// again finds the next owner's level (or its marker) and answers the same;
+// after a hand-off whose answer was lost for good, the next in line's own
+// attempt finds its level and holds. renew.lua and leave.lua are
+// idempotent. An attempt whose answer was lost leaves the queue, so no
+// later release grants the lock to a call that already failed.
 //
 // The watchdog (package watchdog) renews a hold every TTL/3 with renew.lua.
 // One watchdog serves all levels one owner holds on a key through one
@@ -138,14 +165,33 @@
 // # Safety and liveness
 //
 // Mutual exclusion holds while the holder's process and the Redis server
-// agree on elapsed time within the TTL and Redis does not lose the write:
-// a failover to a replica that had not received the lock, a restart without
-// persistence, or a clock jump on the Redis host (key expiry follows the
-// server's wall clock) can let two owners hold the lock at once. Lost()
-// reports such a loss at the next renewal at the latest; fencing tokens let
-// the protected resource refuse the stale holder. WithWaitReplicas narrows
-// the failover window; Redlock (package redlock) or ZooKeeper (package
-// zklock) remove the single point of failure.
+// agree on elapsed time within the TTL and Redis does not lose the write.
+// What each failure does, and what the user sees:
+//
+//   - Redis restarts without the lock, from an older snapshot, or loses the
+//     tail of an everysec AOF; a failover promotes a replica that had not
+//     received the lock: another owner can take the lock while the old
+//     holder still runs. The old holder's Lost closes at its next renewal
+//     (TTL/3) at the latest, at once if its owner obtains the key again
+//     through the same Client. Fencing tokens stay strictly increasing (see
+//     Fencing), so the protected resource refuses the stale holder.
+//     WithWaitReplicas narrows the failover window.
+//   - The holder's process pauses (GC, SIGSTOP) past the TTL: the lock
+//     expires and another owner takes it; the old holder's Lost closes when
+//     the watchdog runs again (renewal answers "not held", or a whole TTL
+//     passed since the last successful renewal). Its later writes carry the
+//     older token.
+//   - A reply is lost and go-redis (or the caller) sends the command again:
+//     no effect beyond the first run (see Resent commands).
+//   - The connection to Redis is cut: renewals fail; Lost closes a TTL
+//     after the start of the last successful renewal, before Redis expires
+//     the key (the TTL is counted in whole milliseconds on both sides).
+//   - The Redis host's clock jumps: key expiry follows it, so a forward jump
+//     can expire the lock early (two holders until the next renewal), and a
+//     backward jump after a data loss can repeat the tokens of the jump.
+//
+// Redlock (package redlock) or ZooKeeper (package zklock) remove the single
+// point of failure.
 //
 // Liveness: a lock whose holder vanished is free at most TTL later; a waiter
 // that vanished is skipped at most one waiter timeout later. Without fair

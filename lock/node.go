@@ -115,7 +115,8 @@ type NodeResult struct {
 	Held bool
 	// Fresh: a new acquisition (false on re-entry). Only with Held.
 	Fresh bool
-	// Token is the fencing counter's value on this server. Only with Held.
+	// Token is the hold's fencing token on this server (re-entry answers
+	// the token of the fresh acquisition). Only with Held.
 	Token int64
 	// Wait is how long the other owner's hold lasts at most (its PTTL), or
 	// how long to wait before trying again. Only without Held.

@@ -97,40 +97,52 @@
 //
 // # Fencing tokens
 //
-// Each master has its own counter (P{key}:fence), and they differ: failed
-// attempts advance some of them, and a master that lost its data starts
-// again from its clock in microseconds. A Redlock token cannot be any one
-// master's token. Lease.Token is the largest token of the quorum that
-// granted the lock; before the lease is returned, the client makes sure a
-// quorum of the masters it holds have a counter of at least that value
-// (those whose token was the maximum count; the others are raised with
-// raise_fence.lua, a round trip only when the tokens differed). Any later
-// holder's quorum shares at least one of those masters, where it acquires
-// after this hold ended and gets a larger counter value: tokens of
-// successive holders increase strictly. A master's fresh token is the
-// larger of its counter + 1 and its clock in microseconds (package lock),
-// so a master that lost its data (a restart from an older snapshot or
-// without persistence) still answers above everything it answered before.
-// Tokens therefore keep increasing even when every master comes back from
-// an older snapshot, as long as no master's clock goes back and the
-// masters' clocks differ by less than the time from the last acquisition
-// before the loss to the first one after it (a token raised to a master
-// whose clock runs ahead by d can be repeated by masters that lost it
-// within d). An attempt that cannot raise a quorum
-// fails with ErrFence and is retried. Re-entry through the same Client
-// returns the same token; re-entry through another Client with the same
-// owner gets the counters' current maximum, not necessarily the same.
+// Each master has its own counter (P{key}:fence). A round passes one
+// reading of the client's clock (µs) to every master as the token floor: a
+// master's fresh token is the larger of its counter + 1 and that floor
+// (package lock), so the masters of a round answer the same token unless a
+// counter is ahead of the client's clock. Lease.Token is the largest token
+// of the quorum that granted the lock; before the lease is returned, the
+// client makes sure a quorum of the masters it holds have a counter of at
+// least that value (those whose token was the maximum count; the others
+// are raised with raise_fence.lua, a round trip only when the tokens
+// differed). Any later holder's quorum shares at least one of those
+// masters, where it acquires after this hold ended and gets a larger
+// counter value: tokens of successive holders increase strictly, whatever
+// the clocks. When masters lose their data (a restart from an older
+// snapshot or without persistence, every master at once included), the
+// floor still puts the next token above every earlier one as long as the
+// clients' clocks do not go back and differ by less than the time from the
+// last acquisition before the loss to the first one after it (an earlier
+// client whose clock ran ahead by d set tokens that a later client may
+// repeat within d). An attempt that cannot raise a quorum fails with
+// ErrFence and is retried. Re-entry through the same Client returns the
+// same token without a round trip; re-entry through another Client with
+// the same owner gets the largest of the hold's tokens on its quorum, not
+// necessarily the same.
+//
+// Levels: every round has an id, written on each master with the level it
+// takes (package lock's "\x00l:<id>" field). A master that runs a round's
+// acquisition or hand-off twice (go-redis resent it after a lost reply)
+// answers as the first time and holds one level; releases and renewals
+// name the hold's level, so a release never drops another hold's level and
+// a hold that vanished and was taken again by its owner through another
+// Client is not renewed in that one's name (its next renewal finds it
+// gone). A round that took a fresh hold on a quorum while this Client
+// believed the owner held the key (two goroutines of one owner, after the
+// hold vanished) reports the old hold lost at once and replaces it.
 //
 // # Redis key schema
 //
 // On every master, with the prefix P (DefaultPrefix, "coordkit:redlock:"),
 // the keys of package lock:
 //
-//	P{key}            hash    owner -> hold count; PEXPIRE TTL
+//	P{key}            hash    owner -> hold count; PEXPIRE TTL; "\x00t" the master's token of the
+//	                          hold, "\x00l:<id>" the level of round <id> (package lock)
 //	P{key}:fence      string  fencing counter; raised by raise_fence.lua
 //	P{key}:q          list    queued waiter ids "<client id>:<n>"
 //	P{key}:qt         zset    waiter id -> deadline (server time, ms)
-//	P{key}:r:<req>    string  answer of one release, kept for the release window
+//	P{key}:r:<req>    string  answer of one release or hand-off, kept for the release window
 //	P wake:<client>   channel one per Client; a message is the id of the waiter to wake
 //
 // # Safety and liveness
@@ -157,13 +169,13 @@
 // down for at least the largest TTL in use before it rejoins (delayed
 // restart), so that every lock it knew has expired anyway.
 //
-// Accounting of levels per master assumes a master processes one owner's
-// commands in the order they were answered: a failed attempt's release
-// waits for every answer (up to 20 × the node timeout per master) before
-// the next attempt. A master stalled for longer than that (SIGSTOP, swap)
-// may still run a stale acquisition after the next attempt's one, and a
-// stale release then drops the newer level on that master; a second holder
-// still needs a quorum, which the first holder's other masters deny.
+// A failed attempt's release waits for every answer (up to 20 × the node
+// timeout per master) before the next attempt. A master stalled for longer
+// than that (SIGSTOP, swap) may still run the stale acquisition after its
+// release; releases name their level, so that stale level never costs
+// another hold's level, but it stays on that master until its TTL runs out
+// (the owner's later holds there renew the hash and so keep it, until
+// they end).
 //
 // Liveness: a lock whose holder vanished is free at most TTL later on every
 // master; fewer than a quorum of live masters means no lock at all (Obtain
