@@ -117,14 +117,7 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 // of the queue, so no later release grants the lock to a call that ended.
 func TestFailedQueueingLeaves(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	r := &testserver.ReplyLoser{}
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	for _, s := range lock.Scripts() {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rdb, r := lossyRedis(t, &redis.Options{MaxRetries: -1})
 	c := lock.New(rdb)
 	t.Cleanup(func() { c.Close() })
 	holder := newClient(t, nil)

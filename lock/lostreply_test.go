@@ -12,22 +12,34 @@ import (
 	"github.com/coordkit/coordkit/lock"
 )
 
-// lossyClient returns a lock Client whose go-redis client has the default
-// options (retries included) and a replyLoser dialer. Every script is loaded
+// lossyRedis returns a go-redis client of the shared server with opts
+// (default options if nil) and a ReplyLoser dialer. Every script is loaded
 // first, so that EVALSHA runs the script on the first try.
-func lossyClient(t *testing.T) (*lock.Client, *testserver.ReplyLoser, redis.UniversalClient) {
+func lossyRedis(t *testing.T, opts *redis.Options) (redis.UniversalClient, *testserver.ReplyLoser) {
 	t.Helper()
 	r := &testserver.ReplyLoser{}
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial})
+	if opts == nil {
+		opts = &redis.Options{}
+	}
+	opts.Addr, opts.Dialer = shared.Addr(), r.Dial
+	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
 	for _, s := range lock.Scripts() {
 		if err := s.Load(context.Background(), rdb).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return rdb, r
+}
+
+// lossyClient returns a lock Client on lossyRedis with default options
+// (go-redis retries included).
+func lossyClient(t *testing.T) (*lock.Client, *testserver.ReplyLoser) {
+	t.Helper()
+	rdb, r := lossyRedis(t, nil)
 	c := lock.New(rdb)
 	t.Cleanup(func() { c.Close() })
-	return c, r, rdb
+	return c, r
 }
 
 // owners returns the owners and hold counts of key's lock.
@@ -51,7 +63,7 @@ func wantLost(t *testing.T, r *testserver.ReplyLoser) {
 // run must not count a second level that no lease owns.
 func TestLostReplyFreshAcquisition(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	c, r, _ := lossyClient(t)
+	c, r := lossyClient(t)
 	key := uniqueKey(t)
 	r.Arm(lock.Scripts()["acquire.lua"].Hash())
 	l := mustObtain(t, ctx, c, key)
@@ -72,7 +84,7 @@ func TestLostReplyFreshAcquisition(t *testing.T) {
 func TestLostReplyReentry(t *testing.T) {
 	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), lock.NewOwner())
 	owner, _ := lock.OwnerFrom(ctx)
-	c, r, _ := lossyClient(t)
+	c, r := lossyClient(t)
 	key := uniqueKey(t)
 	outer := mustObtain(t, ctx, c, key)
 	r.Arm(lock.Scripts()["acquire.lua"].Hash())
@@ -98,7 +110,7 @@ func TestLostReplyReentry(t *testing.T) {
 // lock, so Release must not answer ErrNotHeld.
 func TestLostReplyRelease(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	c, r, _ := lossyClient(t)
+	c, r := lossyClient(t)
 	key := uniqueKey(t)
 	l := mustObtain(t, ctx, c, key)
 	r.Arm(lock.Scripts()["release.lua"].Hash())
@@ -116,7 +128,7 @@ func TestLostReplyRelease(t *testing.T) {
 // lock must be free once both released.
 func TestLostReplyHandoff(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	c, r, _ := lossyClient(t)
+	c, r := lossyClient(t)
 	key := uniqueKey(t)
 	first := mustObtain(t, ctx, c, key)
 	next := make(chan lock.Lease, 1)
@@ -156,7 +168,7 @@ func TestLostReplyHandoff(t *testing.T) {
 // harm: the hold stays held and renewed, a waiter that left is gone.
 func TestLostReplyRenewAndLeave(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	c, r, _ := lossyClient(t)
+	c, r := lossyClient(t)
 	key := uniqueKey(t)
 	l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
 	r.Arm(lock.Scripts()["renew.lua"].Hash())
@@ -167,7 +179,7 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 		t.Fatal("lease lost after a renewal whose reply was lost and resent")
 	default:
 	}
-	waiter, r2, _ := lossyClient(t) // another client: its waiter queues in Redis
+	waiter, r2 := lossyClient(t) // another client: its waiter queues in Redis
 	wctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 	r2.Arm(lock.Scripts()["leave.lua"].Hash())
 	if _, err := waiter.Obtain(wctx, key); !errors.Is(err, lock.ErrNotObtained) {
@@ -193,14 +205,7 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 // expire), the resent release reports success.
 func TestLostReplySimple(t *testing.T) {
 	ctx := ctxTimeout(t, 5*time.Second)
-	r := &testserver.ReplyLoser{}
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial})
-	t.Cleanup(func() { rdb.Close() })
-	for _, s := range lock.Scripts() {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rdb, r := lossyRedis(t, nil)
 	s := lock.NewSimple(rdb, lock.WithDefaultTTL(20*time.Second))
 	t.Cleanup(func() { s.Close() })
 	key := uniqueKey(t)

@@ -8,27 +8,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/locktest"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
-
-// cycles obtains and releases key n times on l and returns the last token.
-func cycles(t *testing.T, l lock.Locker, key string, n int) int64 {
-	t.Helper()
-	ctx := ctxTimeout(t, 10*time.Second)
-	var last int64
-	for range n {
-		le := mustObtain(t, ctx, l, key)
-		if le.Token() <= last {
-			t.Fatalf("token %d after %d: not increasing", le.Token(), last)
-		}
-		last = le.Token()
-		if err := le.Release(ctx); err != nil {
-			t.Fatalf("Release: %v", err)
-		}
-	}
-	return last
-}
 
 // lockers returns the two Redis lockers of the package on rdb.
 func lockers(t *testing.T, rdb redis.UniversalClient) map[string]lock.Locker {
@@ -49,16 +32,16 @@ func TestTokenAfterOlderSnapshot(t *testing.T) {
 			rdb := srv.Client(t)
 			l := lockers(t, rdb)[name]
 			key := uniqueKey(t)
-			cycles(t, l, key, 1)
+			locktest.Cycles(t, l, key, 1)
 			snap, err := srv.Snapshot()
 			if err != nil {
 				t.Fatal(err)
 			}
-			last := cycles(t, l, key, 5)
+			last := locktest.Cycles(t, l, key, 5)
 			if err := srv.RestartFromSnapshot(snap); err != nil {
 				t.Fatal(err)
 			}
-			if got := cycles(t, l, key, 1); got <= last {
+			if got := locktest.Cycles(t, l, key, 1); got <= last {
 				t.Fatalf("token after restart from an older snapshot = %d, want > %d (the last one handed out)", got, last)
 			}
 		})
@@ -76,13 +59,13 @@ func TestTokenAfterLostAOFTail(t *testing.T) {
 			rdb := srv.Client(t)
 			l := lockers(t, rdb)[name]
 			key := uniqueKey(t)
-			cycles(t, l, key, 1)
+			locktest.Cycles(t, l, key, 1)
 			aof := incrAOF(t, srv)
 			st, err := os.Stat(aof)
 			if err != nil {
 				t.Fatal(err)
 			}
-			last := cycles(t, l, key, 5)
+			last := locktest.Cycles(t, l, key, 5)
 			srv.Kill()
 			if err := os.Truncate(aof, st.Size()); err != nil {
 				t.Fatal(err)
@@ -90,7 +73,7 @@ func TestTokenAfterLostAOFTail(t *testing.T) {
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
 			}
-			if got := cycles(t, l, key, 1); got <= last {
+			if got := locktest.Cycles(t, l, key, 1); got <= last {
 				t.Fatalf("token after losing the AOF tail = %d, want > %d", got, last)
 			}
 		})
@@ -117,7 +100,7 @@ func TestTokenAfterFailoverToLaggingReplica(t *testing.T) {
 			rdb := s.Client(t)
 			l := lockers(t, rdb)[name]
 			key := uniqueKey(t)
-			cycles(t, l, key, 1)
+			locktest.Cycles(t, l, key, 1)
 			// The replica has the first acquisition once it acknowledges it.
 			if err := rdb.Do(ctxTimeout(t, 5*time.Second), "WAIT", 1, 2000).Err(); err != nil {
 				t.Fatal(err)
@@ -132,7 +115,7 @@ func TestTokenAfterFailoverToLaggingReplica(t *testing.T) {
 			if err := master.ClientKillByFilter(ctxTimeout(t, 5*time.Second), "TYPE", "replica").Err(); err != nil {
 				t.Fatal(err)
 			}
-			last := cycles(t, l, key, 5)
+			last := locktest.Cycles(t, l, key, 5)
 			s.Master().Kill()
 			if err := s.Replica().Resume(); err != nil {
 				t.Fatal(err)
@@ -140,7 +123,7 @@ func TestTokenAfterFailoverToLaggingReplica(t *testing.T) {
 			if err := s.Failover(ctxTimeout(t, 30*time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			if got := cycles(t, l, key, 1); got <= last {
+			if got := locktest.Cycles(t, l, key, 1); got <= last {
 				t.Fatalf("token after failover to a lagging replica = %d, want > %d", got, last)
 			}
 		})

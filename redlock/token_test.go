@@ -2,29 +2,10 @@ package redlock_test
 
 import (
 	"testing"
-	"time"
 
+	"github.com/coordkit/coordkit/internal/locktest"
 	"github.com/coordkit/coordkit/internal/testserver"
-	"github.com/coordkit/coordkit/lock"
 )
-
-// cycles obtains and releases key n times and returns the last token.
-func cycles(t *testing.T, l lock.Locker, key string, n int) int64 {
-	t.Helper()
-	ctx := ctxTimeout(t, 10*time.Second)
-	var last int64
-	for range n {
-		le := mustObtain(t, ctx, l, key)
-		if le.Token() <= last {
-			t.Fatalf("token %d after %d: not increasing", le.Token(), last)
-		}
-		last = le.Token()
-		if err := le.Release(ctx); err != nil {
-			t.Fatalf("Release: %v", err)
-		}
-	}
-	return last
-}
 
 // TestTokenAfterOlderSnapshots: masters restart from RDBs saved before the
 // last acquisitions, all of them or a minority. The next token must exceed
@@ -35,7 +16,7 @@ func TestTokenAfterOlderSnapshots(t *testing.T) {
 			rs := testserver.StartRedisMasters(t, 5)
 			c := newClient(t, rs)
 			key := uniqueKey(t)
-			cycles(t, c, key, 1)
+			locktest.Cycles(t, c, key, 1)
 			snaps := make([]string, len(rs))
 			for i, r := range rs[:restored] {
 				var err error
@@ -43,13 +24,13 @@ func TestTokenAfterOlderSnapshots(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			last := cycles(t, c, key, 5)
+			last := locktest.Cycles(t, c, key, 5)
 			for i, r := range rs[:restored] {
 				if err := r.RestartFromSnapshot(snaps[i]); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if got := cycles(t, c, key, 1); got <= last {
+			if got := locktest.Cycles(t, c, key, 1); got <= last {
 				t.Fatalf("token after %d of 5 masters restarted from older snapshots = %d, want > %d", restored, got, last)
 			}
 		})
