@@ -106,7 +106,6 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 
 func (c *Client) startWatchdog(key, owner string, token int64, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *watchdog.Watchdog {
 	ttl := o.TTL.Milliseconds()
-	tok := strconv.FormatInt(token, 10)
 	cfg := watchdog.Config{
 		TTL:         o.TTL,
 		FirstTTL:    first,
@@ -116,7 +115,7 @@ func (c *Client) startWatchdog(key, owner string, token int64, o ObtainOptions, 
 		Renew: func(ctx context.Context) error {
 			// Built here, not per hold: most holds end before their first renewal.
 			keys := []string{c.o.prefix + "{" + key + "}"}
-			n, err := renewScript.Run(ctx, c.rdb, keys, owner, ttl, tok).Int64()
+			n, err := renewScript.Run(ctx, c.rdb, keys, owner, ttl, strconv.FormatInt(token, 10)).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: renew %q: %w", key, err)
