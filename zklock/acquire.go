@@ -55,7 +55,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 	for {
 		sess := c.conn.SessionID()
 		var res []zk.MultiResponse
-		err := c.callCreate(ctx, parent, guid, sess, &res, func() (err error) {
+		err := c.callCreate(ctx, parent, guid, &res, func() (err error) {
 			res, err = c.conn.Multi(
 				&zk.CreateRequest{Path: prefix, Acl: c.acl, Flags: zk.FlagEphemeralSequential},
 				&zk.SetDataRequest{Path: parent, Version: -1})
@@ -87,7 +87,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 			// Protected mode: the create may have been applied.
 			cr, found, err := c.findCreated(ctx, parent, guid)
 			if err != nil {
-				c.reapGUID(parent, guid, sess)
+				c.reapGUID(parent, guid)
 				return created{}, c.ctxErr(ctx, err)
 			}
 			if found {
@@ -97,7 +97,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 			return created{}, c.ctxErr(ctx, err)
 		}
 		if err := c.pause(ctx, &b); err != nil {
-			c.reapGUID(parent, guid, sess)
+			c.reapGUID(parent, guid)
 			return created{}, c.ctxErr(ctx, err)
 		}
 	}
@@ -372,7 +372,7 @@ func (c *Client) abandon(cr created) {
 	defer cancel()
 	err := c.call(ctx, func() error { return c.conn.Delete(cr.path, -1) })
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		c.reap(cr.path, cr.session)
+		c.reap(cr.path)
 	}
 }
 

@@ -37,6 +37,14 @@
 // looking in the background and deletes what it finds. Duplicates of the
 // attempt's UUID seen while waiting are deleted as well.
 //
+// Every deletion in the background judges a node by its ephemeralOwner
+// against the connection's session at the time of asking, never by a session
+// captured when the attempt started: a node of the current session is
+// deleted, one of another session is left to that (ended) session. This
+// matters after an expiry: go-zookeeper has no session (ID 0) until it
+// reconnects, a create queued then runs in the new session, and the Client
+// still deletes the node if the attempt was given up.
+//
 // Release deletes the node (a missing node means lock.ErrNotHeld). A
 // cancelled wait (ctx ended, TryObtain refused) deletes the waiter's node
 // before returning, within a second, then in the background until the node

@@ -86,7 +86,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrSessionExpired):
 		return lock.ErrNotHeld
 	default:
-		c.reap(h.path, h.session)
+		c.reap(h.path)
 		return fmt.Errorf("zklock: release %q: %w (deletion goes on in the background)", h.key, err)
 	}
 }
@@ -103,7 +103,7 @@ func (c *Client) loseLocked(h *hold) {
 	if h.owned && c.owned[h.hk] == h {
 		delete(c.owned, h.hk)
 	}
-	c.reapLocked(h.path, h.session)
+	c.reapLocked(h.path)
 }
 
 // monitor watches the session while leases are held, and reports them lost
