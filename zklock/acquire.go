@@ -23,19 +23,25 @@ type created struct {
 
 // acquire creates a lock node for key and waits until it is first in line.
 // A node lost with its session while waiting is replaced by a new attempt.
-func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine string, block bool) (*hold, error) {
+// mine is the owner's exclusive hold on key when k is a read (nil
+// otherwise); a read it backs is granted at once (see await).
+func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine *hold, block bool) (*hold, error) {
 	for {
 		cr, err := c.create(ctx, parent, k)
 		if err != nil {
 			return nil, err
 		}
-		ok, err := c.await(ctx, parent, cr, k, mine, block)
+		ok, anchored, err := c.await(ctx, parent, cr, k, mine, block)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			return &hold{key: key, path: cr.path, name: cr.name, token: cr.token,
-				session: cr.session, lost: make(chan struct{})}, nil
+			h := &hold{key: key, path: cr.path, name: cr.name, token: cr.token,
+				session: cr.session, lost: make(chan struct{})}
+			if anchored {
+				h.anchor = mine
+			}
+			return h, nil
 		}
 	}
 }
@@ -206,9 +212,19 @@ func ignoreExists(err error) error {
 // again with a new node. Exclusive nodes wait for every node before them,
 // readers for the exclusive ones (but mine, their owner's own). Each waiter
 // watches only the last node it waits for.
-func (c *Client) await(ctx context.Context, parent string, cr created, k kind, mine string, block bool) (bool, error) {
+//
+// A reader whose owner holds the exclusive side (mine) does not wait for
+// the exclusive nodes queued behind mine (Curator's semantics; waiting would
+// deadlock: they wait for mine). It is granted at once, anchored: it takes
+// a level of mine, so that mine's node, which those writers wait for, stays
+// until the reader is released too (anchored reports this).
+func (c *Client) await(ctx context.Context, parent string, cr created, k kind, mine *hold, block bool) (ok, anchored bool, err error) {
 	if cr.children == 1 {
-		return true, nil // alone under the parent right after the create
+		return true, false, nil // alone under the parent right after the create
+	}
+	mineName := ""
+	if mine != nil {
+		mineName = mine.name
 	}
 	var b backoff
 	var timer *time.Timer
@@ -222,7 +238,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 		var names []string
 		err := c.call(ctx, func() (err error) { names, _, err = c.conn.Children(parent); return err })
 		if errors.Is(err, zk.ErrNoNode) {
-			return false, nil // the parent went, so did cr
+			return false, false, nil // the parent went, so did cr
 		}
 		if err != nil {
 			if transient(err) {
@@ -231,18 +247,21 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 				}
 			}
 			c.abandon(cr)
-			return false, c.ctxErr(ctx, err)
+			return false, false, c.ctxErr(ctx, err)
 		}
-		pred, pred2, blockers, found := c.queue(names, cr, k, mine)
+		pred, pred2, blockers, found := c.queue(names, cr, k, mineName)
 		if !found {
-			return false, nil
+			return false, false, nil
 		}
 		if pred == "" {
-			return true, nil
+			return true, false, nil
+		}
+		if mine != nil && c.anchor(mine) {
+			return true, true, nil
 		}
 		if !block {
 			c.abandon(cr)
-			return false, lock.ErrNotObtained
+			return false, false, lock.ErrNotObtained
 		}
 		// Watch pred, and also the node before it (pred2): when pred2 goes,
 		// pred normally holds, and listing again then (while pred holds, off
@@ -264,7 +283,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 				}
 			}
 			c.abandon(cr)
-			return false, c.ctxErr(ctx, err)
+			return false, false, c.ctxErr(ctx, err)
 		}
 		b = backoff{}
 		// Wait, looking at the connection every second: a closed zk.Conn
@@ -284,7 +303,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 				if ev.Type == zk.EventNodeDeleted && blockers == 1 {
 					// Nodes before cr never appear later; the only one it
 					// waited for is gone.
-					return true, nil
+					return true, false, nil
 				}
 			case ev = <-chPred2:
 				delete(watches, pred2)
@@ -295,22 +314,34 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 					downSince = time.Now()
 				} else if time.Since(downSince) > closedAfter {
 					c.abandon(cr)
-					return false, ErrClosed
+					return false, false, ErrClosed
 				}
 				continue
 			case <-ctx.Done():
 				c.abandon(cr)
-				return false, notObtained(ctx)
+				return false, false, notObtained(ctx)
 			case <-c.stop:
 				c.abandon(cr)
-				return false, ErrClosed
+				return false, false, ErrClosed
 			}
 			if ev.Err != nil && c.conn.SessionID() != cr.session {
-				return false, nil // the watch ended with the session, and cr with it
+				return false, false, nil // the watch ended with the session, and cr with it
 			}
 			break wait
 		}
 	}
+}
+
+// anchor takes one level of the exclusive hold mine for a reader of the
+// same owner, if mine is still held; the reader's release gives it back.
+func (c *Client) anchor(mine *hold) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if mine.isLost || mine.count == 0 {
+		return false
+	}
+	mine.count++
+	return true
 }
 
 // watch returns the channel of a data watch on parent's child name, set by

@@ -125,8 +125,9 @@ func (c *Client) TryObtain(ctx context.Context, key string, opts ...lock.Option)
 // keys. Readers share a key; a writer excludes readers and other writers;
 // both queue in arrival order. The write side and the Client's own
 // Obtain are the same exclusive lock (and re-enter each other). An owner
-// holding the write lock may also take the read lock; the reverse returns
-// ErrUpgrade. It is safe for concurrent use.
+// holding the write lock may also take the read lock, at once even while
+// other writers queue (their wait then lasts until both are released); the
+// reverse returns ErrUpgrade. It is safe for concurrent use.
 type RWLocker struct {
 	c *Client
 	k kind
@@ -159,7 +160,7 @@ func (c *Client) obtain(ctx context.Context, key string, k kind, block bool) (lo
 	parent := c.root + "/" + esc
 	owner, hasOwner := lock.OwnerFrom(ctx)
 	hk := holdKey{owner: owner, key: key, shared: !k.exclusive()}
-	var mine string // the name of the owner's exclusive node, which a reader ignores
+	var mine *hold // the owner's exclusive hold, which a reader ignores and may lean on
 	for hasOwner {
 		c.mu.Lock()
 		if c.closed {
@@ -177,7 +178,7 @@ func (c *Client) obtain(ctx context.Context, key string, k kind, block bool) (lo
 			return nil, ErrUpgrade
 		}
 		if other != nil {
-			mine = other.name
+			mine = other
 		}
 		if ch := c.pending[hk]; ch != nil {
 			c.mu.Unlock()
@@ -207,6 +208,11 @@ func (c *Client) obtain(ctx context.Context, key string, k kind, block bool) (lo
 	h.hk, h.owned = hk, hasOwner
 	if err := c.register(h); err != nil {
 		c.conn.Delete(h.path, -1) // best effort: a closed Client no longer watches over it
+		if h.anchor != nil {
+			c.mu.Lock()
+			h.anchor.count--
+			c.mu.Unlock()
+		}
 		return nil, err
 	}
 	return &Lease{c: c, h: h}, nil

@@ -61,9 +61,15 @@
 // creation zxid: zxids grow with every write to the ensemble, so each new
 // acquisition of a key has a larger token, and re-entry returns the same
 // one. An owner that holds the write side (or the mutex, the same
-// exclusive lock) may take the read side too, its own exclusive node not
-// counting against its reader; taking the write side while holding only the
-// read side returns ErrUpgrade instead of deadlocking.
+// exclusive lock) may take the read side too, and gets it at once, as
+// Curator grants it: its own exclusive node does not count against its
+// reader, and neither do the writers queued behind that node (they wait for
+// it, so waiting for them would deadlock). While such writers queue, the
+// read leans on the owner's exclusive node: the node stays until the owner
+// has released both sides, so a queued writer never enters while the owner
+// reads. With nobody queued the read has a node of its own and survives the
+// write's release (a downgrade). Taking the write side while holding only
+// the read side returns ErrUpgrade instead of deadlocking.
 //
 // # Sessions: what the holder knows, and when
 //

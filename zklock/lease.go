@@ -22,8 +22,9 @@ type hold struct {
 	session int64  // the session that owns it (its ephemeralOwner)
 	lost    chan struct{}
 
-	hk    holdKey // set before register, then read-only
-	owned bool    // hk is in Client.owned
+	hk     holdKey // set before register, then read-only
+	owned  bool    // hk is in Client.owned
+	anchor *hold   // for a read granted to the holder of the exclusive side: that hold, one level of which this read holds
 
 	// Protected by Client.mu.
 	count  int
@@ -61,7 +62,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return lock.ErrNotHeld
 	}
-	c, h := l.c, l.h
+	return l.c.release(ctx, l.h)
+}
+
+// release drops one level of h, deleting its node at the last one; a read
+// anchored on its owner's exclusive hold then drops its level of that hold.
+func (c *Client) release(ctx context.Context, h *hold) error {
 	c.mu.Lock()
 	if h.isLost {
 		c.mu.Unlock()
@@ -76,6 +82,17 @@ func (l *Lease) Release(ctx context.Context) error {
 		delete(c.owned, h.hk)
 	}
 	c.mu.Unlock()
+	err := c.deleteHeld(ctx, h)
+	if h.anchor != nil {
+		// After the reader's node: the writers queued behind the anchor
+		// wait for the anchor's node, and may enter once it is gone.
+		err = errors.Join(err, c.release(ctx, h.anchor))
+	}
+	return err
+}
+
+// deleteHeld deletes the node of h, no longer held by anyone.
+func (c *Client) deleteHeld(ctx context.Context, h *hold) error {
 	if c.conn.SessionID() != h.session {
 		return lock.ErrNotHeld // the node ended with its session
 	}
