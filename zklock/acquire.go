@@ -35,6 +35,16 @@ func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine *
 		if err != nil {
 			return nil, err
 		}
+		if ok && c.timeout > 0 {
+			ok, err = c.confirm(ctx, cr)
+			if (err != nil || !ok) && anchored {
+				c.giveBack(mine)
+			}
+			if err != nil {
+				c.abandon(cr)
+				return nil, c.ctxErr(ctx, err)
+			}
+		}
 		if ok {
 			h := &hold{key: key, path: cr.path, name: cr.name, token: cr.token,
 				session: cr.session, lost: make(chan struct{})}
@@ -60,6 +70,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 	var b backoff
 	for {
 		sess := c.conn.SessionID()
+		sent := time.Now()
 		var res []zk.MultiResponse
 		err := c.callCreate(ctx, parent, guid, &res, func() (err error) {
 			res, err = c.conn.Multi(
@@ -83,6 +94,8 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 				if !ok {
 					continue
 				}
+			} else {
+				c.noteAlive(sess, sent) // a write: answered by way of the leader
 			}
 			return cr, nil
 		case errors.Is(err, zk.ErrNoNode):
@@ -342,6 +355,14 @@ func (c *Client) anchor(mine *hold) bool {
 	}
 	mine.count++
 	return true
+}
+
+// giveBack drops the level of mine that an anchored reader took, if that
+// reader is not granted after all.
+func (c *Client) giveBack(mine *hold) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	defer cancel()
+	c.release(ctx, mine)
 }
 
 // watch returns the channel of a data watch on parent's child name, set by

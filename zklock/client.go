@@ -26,14 +26,16 @@ const abandonTimeout = time.Second
 // TryObtain; Read and Write give the two sides of a read-write lock on the
 // same keys.
 type Client struct {
-	conn  *zk.Conn
-	root  string
-	acl   []zk.ACL
-	grace time.Duration // how long a lease survives a lost connection
-	tick  time.Duration // how often the monitor looks at the session
+	conn    *zk.Conn
+	root    string
+	acl     []zk.ACL
+	timeout time.Duration // the session timeout T (WithSessionTimeout), 0 if unknown
+	beat    time.Duration // heartbeat period while leases are held: T/6
+	doubt   time.Duration // a lease is lost once its session's last answered send is this old: T/2 - tick
+	tick    time.Duration // how often the monitor looks at the session
 
 	stop chan struct{}  // closed by Close
-	wg   sync.WaitGroup // the monitor, reapers and requests abandoned by their ctx
+	wg   sync.WaitGroup // the monitor, heartbeats, reapers and requests abandoned by their ctx
 
 	mu         sync.Mutex // protects the fields below
 	closed     bool
@@ -41,7 +43,18 @@ type Client struct {
 	owned      map[holdKey]*hold         // the live holds of ctx owners, for re-entry
 	pending    map[holdKey]chan struct{} // owners' acquisitions under way; closed when done
 	monitoring bool                      // the monitor goroutine runs
+	// aliveSession and aliveAt: the send time of the last request (a
+	// heartbeat's sync, or a create) that ZooKeeper answered in that
+	// session. Only requests that go through the leader count.
+	aliveSession int64
+	aliveAt      time.Time
+	lastBeat     time.Time // when the last heartbeat was sent
+	beating      int       // heartbeats in flight
 }
+
+// maxBeating bounds the heartbeats in flight: more would all wait on the same
+// dead connection (by then the leases are lost anyway: 3 beats are T/2).
+const maxBeating = 3
 
 // holdKey identifies what an owner holds: re-entry is by owner, key and side.
 type holdKey struct {
@@ -66,6 +79,9 @@ func New(conn *zk.Conn, opts ...Option) (*Client, error) {
 	if !validRoot(o.root) {
 		return nil, ErrInvalidRoot
 	}
+	if o.sessionTimeout < 0 {
+		return nil, ErrInvalidSessionTimeout
+	}
 	c := &Client{
 		conn:    conn,
 		root:    o.root,
@@ -77,8 +93,10 @@ func New(conn *zk.Conn, opts ...Option) (*Client, error) {
 		tick:    10 * time.Millisecond,
 	}
 	if o.sessionTimeout > 0 {
+		c.timeout = o.sessionTimeout
 		c.tick = min(max(o.sessionTimeout/30, 5*time.Millisecond), 100*time.Millisecond)
-		c.grace = max(o.sessionTimeout/3-c.tick, 0)
+		c.beat = max(o.sessionTimeout/6, time.Millisecond)
+		c.doubt = max(o.sessionTimeout/2-c.tick, time.Millisecond)
 	}
 	return c, nil
 }

@@ -74,11 +74,12 @@
 // # Sessions: what the holder knows, and when
 //
 // The lock is held as long as the node exists, that is until Release or
-// the end of the node's session: the server expires a session the session
-// timeout T after it last heard from the client. go-zookeeper offers no
-// event subscription besides the callback given to zk.Connect, so the
-// Client watches the connection itself: while leases are held, a monitor
-// reads conn.State() and conn.SessionID() every few milliseconds.
+// the end of the node's session: the server (on an ensemble, the leader)
+// expires a session the session timeout T after it last heard of the
+// client, and deletes its nodes; the next waiter then holds the lock. The
+// holder must learn of the loss before that. While leases are held, a
+// monitor goroutine looks at conn.SessionID() every T/30 (5 to 100 ms; 10 ms
+// without WithSessionTimeout).
 //
 //   - Session expired or changed (go-zookeeper sets the session ID to 0 when
 //     it learns of the expiry, then to the new session's): every lease of the
@@ -86,21 +87,64 @@
 //     function's ctx with cause lock.ErrLockLost). The client learns of an
 //     expiry only when it reconnects, which may be long after the fact;
 //     hence the next rule.
-//   - Disconnected: the lease is in doubt; it may already be held by someone
-//     else if the outage lasts. go-zookeeper declares a connection dead after
-//     2/3·T without a reply, so by then the server may expire the session
-//     T/3 later. With WithSessionTimeout(T) a lease is reported lost once its
-//     connection has been down for T/3 (less a polling tick): before any
-//     other client can hold the lock, as long as the clocks run at the same
-//     rate, and a short blip (a reconnection to another server of the
-//     ensemble) loses nothing. Without it (T unknown) a lease is reported
-//     lost as soon as the connection is lost: safe, with false alarms. This
-//     is stricter than Curator's recommended policy (LOST after a full
-//     session timeout of SUSPENDED), which can report the loss after another
-//     holder has taken over.
+//   - With WithSessionTimeout(T), the Client measures the session's
+//     liveness itself. While leases are held it sends a heartbeat every T/6:
+//     a sync, which a follower forwards to the leader and answers only with
+//     the leader's reply. It keeps the send time s of the last request of
+//     the session answered by way of the leader (a heartbeat, or a lock
+//     node's create: a write) and reports every lease of the session lost
+//     once T/2 has passed since s. Nothing go-zookeeper merely receives
+//     counts: not the replies to its pings (a follower cut off from its
+//     leader answers them for as long as its syncLimit), not watch
+//     notifications or late replies (a half-open link delivers them while the
+//     server hears nothing). A new lease is granted only if its session was
+//     answered within the last T/4; a lock handed over by a notification
+//     after a long wait sends a sync first.
+//   - Without WithSessionTimeout (T unknown), a lease is reported lost as
+//     soon as go-zookeeper reports the connection down. That bounds nothing:
+//     go-zookeeper declares a connection dead 2T/3 after the last packet it
+//     received, notifications and late replies included, while the server
+//     expires the session T after it last heard from the client. Measured
+//     with T = 3 s and the old rule (lost T/3 after the connection was
+//     declared dead): a notification arriving just before a partition gave
+//     0.5 s with two holders, a half-open link 1 s, a follower cut off from
+//     its leader (syncLimit 5 s) 3.1 s. Pass WithSessionTimeout.
 //   - A lease reported lost while its session survives has its node deleted
 //     once the connection is back, so the next waiter does not wait for the
 //     session's end.
+//
+// Why T/2 and T/6. The monitor reports the loss at the latest T/2 after s
+// (it checks every tick, from T/2 - tick on). The server hears of the
+// client no earlier than s, so on a standalone server, or when connected to
+// the leader, the session lives until s + T at least: the loss is reported
+// T/2 before any other client can hold the lock. Through a follower, the
+// leader learns of its clients from the follower's answers to its own
+// pings, sent every half tick: when the follower forwarded the heartbeat,
+// the leader had heard of every packet of the client received up to half a
+// tick before, and the client sends one at least every T/6 (the
+// heartbeats), so the session lives until s + T - T/6 - tick/2 at least.
+// ZooKeeper never negotiates a session shorter than 2 ticks (tick <= T/2),
+// so that is s + 7T/12 or later: the loss is reported T/12 before at worst,
+// and T/3 - tick/2 before with the usual T of 10 ticks or more. The cost is
+// one sync per T/6 per Client while it holds leases. A brief outage loses
+// nothing: leases survive while some heartbeat sent within the last T/2 is
+// answered, so an outage of up to about T/3 (T/2 less a heartbeat period
+// and a round trip) passes. go-zookeeper waits a second before dialling a
+// standalone server again, so with T under about 3 s any blip loses the
+// leases.
+//
+// So two holders overlap only under these faults: the clocks of the holder
+// and of the leader run at different rates (T/12 of drift at worst, T/3 in
+// the usual case, is absorbed); a message between the follower and the
+// leader is delayed by more than that margin; WithSessionTimeout is given a
+// T above the negotiated timeout (the server clamps it to its
+// [minSessionTimeout, maxSessionTimeout], 2 to 20 ticks by default: pass
+// the negotiated value); the holder process is paused (GC, SIGSTOP) past
+// the loss, so that it acts after Lost closed; an operator deletes the lock
+// node; or WithSessionTimeout is not given (above). This is stricter than
+// Curator's recommended policy (LOST after a full session timeout of
+// SUSPENDED), which can report the loss after another holder has taken
+// over.
 //
 // Lost is a promise about when the holder is told, not about when it stops:
 // the holder's work must watch ctx (lock.Do) and pass the token to the
@@ -133,8 +177,8 @@
 // (package lock) is cheaper to run. Every acquisition is a ZooKeeper write
 // (a quorum round and an fsync), so it is not for thousands of acquisitions
 // per second on one key. Safety rests on the session: a holder paused (GC,
-// SIGSTOP) longer than its grace keeps running after its lease is reported
-// lost unless it checks ctx, so use the fencing token. A holder's node
+// SIGSTOP) past the loss keeps running after its lease is reported lost
+// unless it checks ctx, so use the fencing token. A holder's node
 // deleted by hand (an operator's force release) is not noticed by the holder
 // until Release returns lock.ErrNotHeld. The TTL, MaxHold and Retry options
 // of lock do not apply.
