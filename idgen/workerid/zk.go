@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -21,18 +22,63 @@ import (
 // ZKLeaser leases worker IDs through ZooKeeper: under a zklock lock on the
 // service, the lowest free ID gets an ephemeral node that lives as long as
 // the session. It is safe for concurrent use.
+//
+// # Liveness and safety
+//
+// The ID is held as long as its node exists: until Release or the end of
+// the session, which the server (on an ensemble, the leader) expires the
+// session timeout T after it last heard of the client; another process can
+// then lease the ID. A lease is kept by a heartbeat through the watchdog
+// every T/6: a sync, which a follower forwards to the leader and answers
+// only with its reply, then an exists of the node (gone, or owned by
+// another session: lost at once). The lease is lost, and its generators
+// stop, once T/2 has passed since the send of the last heartbeat that
+// succeeded. An exists alone would not do: a follower cut off from its
+// leader answers reads from its own copy for as long as its syncLimit while
+// the leader expires the session.
+//
+// The server hears of the client no earlier than that send time s, so on a
+// standalone server or the leader the session lives until s + T: the loss
+// comes T/2 before the ID can be leased again. Through a follower, the
+// leader learns of the client's packets (one at least every T/6) from the
+// follower's answers to its pings, every half tick, so the session lives
+// until s + T - T/6 - tick/2 >= s + 7T/12 (ZooKeeper's shortest session is
+// 2 ticks): the loss comes T/12 before at worst, T/3 - tick/2 before with T
+// of 10 ticks or more. Two processes can issue IDs on one worker ID only
+// if the clocks of the holder and the leader run at rates that differ by
+// more than that margin, a message between follower and leader is delayed
+// by more, WithSessionTimeout is given more than the negotiated timeout,
+// the holder is paused (GC, SIGSTOP) across the loss, or an operator
+// deletes the node; the high-water marks then limit the damage to IDs
+// issued since the last checkpoint.
+//
+// If the reply to the ID node's create is lost with the connection, the
+// leaser looks for the node once the connection is back: a node owned by
+// the current session is adopted (the lease goes on with it), one owned by
+// another session is another process's (the next ID is tried), and a
+// missing one is created again. If ctx ends meanwhile, the leaser goes on
+// looking in the background (until Close) and deletes the node it finds
+// owned by its session, so the ID does not stay taken for the life of the
+// session.
 type ZKLeaser struct {
 	conn           *zk.Conn
 	locks          *zklock.Client
 	sessionTimeout time.Duration
 	opts           options
+
+	stop chan struct{}  // closed by Close
+	wg   sync.WaitGroup // background deletions of nodes whose create's reply was lost
+
+	mu     sync.Mutex // protects closed
+	closed bool
 }
 
-// WithSessionTimeout tells a ZKLeaser the session timeout its connection was
-// made with (the value passed to zk.Connect). A lease whose node could not
-// be confirmed for half of it is declared lost, before the server can expire
-// the session and give the ID to another process. It must not exceed the
-// negotiated timeout: the server lowers a request above its
+// WithSessionTimeout tells a ZKLeaser the session timeout T its connection
+// was made with (the value passed to zk.Connect). Leases are confirmed
+// every T/6 (a sync, then an exists), and a lease that could not be
+// confirmed for T/2 is declared lost, before the server can expire the
+// session and give the ID to another process (see ZKLeaser). It must not
+// exceed the negotiated timeout: the server lowers a request above its
 // maxSessionTimeout (default 20 ticks, 40 s). Default: 4 s, the lowest
 // timeout a server with the default tickTime of 2 s negotiates.
 func WithSessionTimeout(d time.Duration) Option {
@@ -59,7 +105,23 @@ func NewZK(conn *zk.Conn, opts ...Option) (*ZKLeaser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ZKLeaser{conn: conn, locks: locks, sessionTimeout: o.sessionTimeout, opts: o}, nil
+	return &ZKLeaser{conn: conn, locks: locks, sessionTimeout: o.sessionTimeout, opts: o,
+		stop: make(chan struct{})}, nil
+}
+
+// Close stops the leaser's background work (deleting nodes whose create's
+// reply was lost while Lease gave up) and waits for it; such a node left
+// then goes with its session. Leases already made are not affected: release
+// them. Close does not close the connection. It is idempotent.
+func (z *ZKLeaser) Close() {
+	z.mu.Lock()
+	if !z.closed {
+		z.closed = true
+		close(z.stop)
+	}
+	z.mu.Unlock()
+	z.wg.Wait()
+	z.locks.Close()
 }
 
 func (z *ZKLeaser) idsPath(service string) string { return z.opts.root + "/" + service + "/ids" }
@@ -81,7 +143,13 @@ func (z *ZKLeaser) Lease(ctx context.Context, service string) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerid: lock service %q: %w", service, err)
 	}
-	defer lk.Release(context.WithoutCancel(ctx))
+	defer func() {
+		// Bounded: past it, zklock goes on deleting the lock node in the
+		// background, and Lease returns.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), z.sessionTimeout)
+		defer cancel()
+		lk.Release(rctx)
+	}()
 
 	dir := z.idsPath(service)
 	if err := z.ensure(dir); err != nil {
@@ -103,31 +171,134 @@ func (z *ZKLeaser) Lease(ctx context.Context, service string) (*Lease, error) {
 			continue
 		}
 		p := dir + "/" + strconv.FormatInt(id, 10)
-		sent := time.Now()
-		_, err := z.conn.Create(p, rec, zk.FlagEphemeral, z.opts.acl)
-		if errors.Is(err, zk.ErrNodeExists) {
-			continue // taken by a leaser that does not use the lock
+		for {
+			sent := time.Now()
+			_, err := z.conn.Create(p, rec, zk.FlagEphemeral, z.opts.acl)
+			if errors.Is(err, zk.ErrConnectionClosed) {
+				// The reply was lost: the node may exist, owned by this
+				// session. Adopt it, or try again if it does not exist.
+				var found, ours bool
+				found, ours, sent, err = z.settle(ctx, p)
+				if err != nil {
+					z.reap(p)
+					return nil, fmt.Errorf("workerid: create %s: reply lost, then: %w", p, err)
+				}
+				if !found {
+					continue
+				}
+				if !ours {
+					break // another process's
+				}
+			}
+			if errors.Is(err, zk.ErrNodeExists) {
+				break // taken by a leaser that does not use the lock
+			}
+			if err != nil {
+				return nil, fmt.Errorf("workerid: create %s: %w", p, err)
+			}
+			return z.keep(service, id, p, sent)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("workerid: create %s: %w", p, err)
-		}
-		return z.keep(service, id, p, sent)
 	}
 	return nil, &ExhaustedError{Service: service, Max: z.opts.max}
 }
 
-// keep starts the heartbeat of a freshly created node: an Exists every
-// quarter of the session timeout confirms the node is still ours; the lease
-// is lost at once when it is gone or owned by another session, and after
-// half the session timeout without a confirmation.
+// settle looks for p, whose create's reply was lost, once the connection is
+// back: found reports whether it exists, ours whether the connection's
+// current session owns it (judged when asked, never by a session captured
+// before the create: go-zookeeper may run a request queued without a
+// session in the next one). It syncs first, so that a follower's copy is
+// up to date and the answer comes by way of the leader; sent is the sync's
+// send time. A session that ended took its node with it: not found.
+func (z *ZKLeaser) settle(ctx context.Context, p string) (found, ours bool, sent time.Time, err error) {
+	delay := 5 * time.Millisecond
+	for {
+		sent = time.Now()
+		var st *zk.Stat
+		found, st, err = callZK(ctx, func() (bool, *zk.Stat, error) {
+			if _, err := z.conn.Sync(p); err != nil {
+				return false, nil, err
+			}
+			return z.conn.Exists(p)
+		})
+		switch {
+		case err == nil:
+			if !found {
+				return false, false, sent, nil
+			}
+			sid := z.conn.SessionID()
+			if sid == 0 {
+				break // between sessions: ask again in the next one
+			}
+			return true, st.EphemeralOwner == sid, sent, nil
+		case errors.Is(err, zk.ErrSessionExpired):
+			return false, false, sent, nil
+		case !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrNoServer):
+			return false, false, sent, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, false, sent, ctx.Err()
+		case <-z.stop:
+			t.Stop()
+			return false, false, sent, errors.New("workerid: leaser closed")
+		case <-t.C:
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// reap deletes p in the background if it turns out to be owned by the
+// connection's current session (see settle), until Close.
+func (z *ZKLeaser) reap(p string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.closed {
+		return
+	}
+	z.wg.Add(1)
+	go func() { // owned by z: Close stops and waits for it
+		defer z.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-z.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for {
+			found, ours, _, err := z.settle(ctx, p)
+			if err != nil || !found || !ours {
+				return
+			}
+			if err := z.conn.Delete(p, -1); err == nil || errors.Is(err, zk.ErrNoNode) ||
+				(!errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrNoServer)) {
+				return
+			}
+		}
+	}()
+}
+
+// keep starts the heartbeat of a freshly created node: every T/6 a sync
+// (answered by way of the leader) then an Exists confirm the node is still
+// ours; the lease is lost at once when it is gone or owned by another
+// session, and T/2 after the start of the last confirmation otherwise.
 func (z *ZKLeaser) keep(service string, id int64, p string, sent time.Time) (*Lease, error) {
 	session := z.conn.SessionID()
 	wd, err := watchdog.Start(watchdog.Config{
 		TTL:         z.sessionTimeout / 2,
-		Interval:    z.sessionTimeout / 4,
+		Interval:    z.sessionTimeout / 6,
 		LastRenewed: sent,
 		Renew: func(ctx context.Context) error {
-			ok, st, err := callZK(ctx, func() (bool, *zk.Stat, error) { return z.conn.Exists(p) })
+			ok, st, err := callZK(ctx, func() (bool, *zk.Stat, error) {
+				if _, err := z.conn.Sync(p); err != nil {
+					return false, nil, err
+				}
+				return z.conn.Exists(p)
+			})
 			switch {
 			case err != nil:
 				return err
