@@ -195,11 +195,44 @@ func TestZKLeaseLostBeforeTakeoverFollowerCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer z.Isolate(follower, false)
+	awaitIDTakeover(ctx, t, a, other, fault, 4*T)
+}
+
+// TestZKHalfOpenLosesLeaseBeforeTakeover: the server hears nothing from the
+// holder while the holder still receives (a half-open link); the lease is
+// lost before the session expires and another process leases the ID.
+func TestZKHalfOpenLosesLeaseBeforeTakeover(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	const T = 3 * time.Second
+	c := zkServer.DialT(t, T, nil)
+	holder := zkLeaserOn(t, c, T, workerid.WithMax(0))
+	other := zkLeaserOn(t, zkServer.DialT(t, zkSession, nil), zkSession, workerid.WithMax(0))
+	a, err := holder.Lease(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, a)
+	fault := time.Now()
+	for _, p := range c.Proxies() {
+		p.SetBlackholeToServer(true)
+	}
+	defer func() {
+		for _, p := range c.Proxies() {
+			p.Reset()
+		}
+	}()
+	awaitIDTakeover(ctx, t, a, other, fault, 4*T)
+}
+
+// awaitIDTakeover polls other for a's worker ID until a is lost and other
+// has leased the ID, and fails unless a was lost first.
+func awaitIDTakeover(ctx context.Context, t *testing.T, a *workerid.Lease, other *workerid.ZKLeaser, fault time.Time, limit time.Duration) {
+	t.Helper()
 	var lost, taken time.Time
-	deadline := time.Now().Add(4 * T)
+	deadline := time.Now().Add(limit)
 	for lost.IsZero() || taken.IsZero() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v after the fault: lost at %v, taken at %v", 4*T, lost, taken)
+			t.Fatalf("%v after the fault: lost at %v, taken at %v", limit, lost, taken)
 		}
 		if lost.IsZero() {
 			select {
@@ -209,7 +242,7 @@ func TestZKLeaseLostBeforeTakeoverFollowerCutOff(t *testing.T) {
 			}
 		}
 		if taken.IsZero() {
-			b, err := other.Lease(ctx, "svc")
+			b, err := other.Lease(ctx, a.Service())
 			switch {
 			case err == nil:
 				taken = time.Now()
