@@ -70,7 +70,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 	var b backoff
 	for {
 		sess := c.conn.SessionID()
-		sent := time.Now()
+		sent := c.noteSent(sess)
 		var res []zk.MultiResponse
 		err := c.callCreate(ctx, parent, guid, &res, func() (err error) {
 			res, err = c.conn.Multi(

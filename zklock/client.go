@@ -30,8 +30,7 @@ type Client struct {
 	root    string
 	acl     []zk.ACL
 	timeout time.Duration // the session timeout T (WithSessionTimeout), 0 if unknown
-	beat    time.Duration // heartbeat period while leases are held: T/6
-	doubt   time.Duration // a lease is lost once its session's last answered send is this old: T/2 - tick
+	beat    time.Duration // heartbeat period while leases are held: T/6 less two ticks
 	tick    time.Duration // how often the monitor looks at the session
 
 	stop chan struct{}  // closed by Close
@@ -43,18 +42,15 @@ type Client struct {
 	owned      map[holdKey]*hold         // the live holds of ctx owners, for re-entry
 	pending    map[holdKey]chan struct{} // owners' acquisitions under way; closed when done
 	monitoring bool                      // the monitor goroutine runs
-	// aliveSession and aliveAt: the send time of the last request (a
-	// heartbeat's sync, or a create) that ZooKeeper answered in that
-	// session. Only requests that go through the leader count.
-	aliveSession int64
-	aliveAt      time.Time
-	lastBeat     time.Time // when the last heartbeat was sent
+	// The session's liveness (see liveness.go). Only requests that go
+	// through the leader (syncs, creates) count.
+	aliveSession int64     // the session aliveUntil is about
+	aliveUntil   time.Time // its leases are lost then, unless a later request is answered
+	sentSession  int64     // the session lastSent and chainStart are about
+	lastSent     time.Time // when the last request was sent
+	chainStart   time.Time // since when requests were sent at most T/6 apart
 	beating      int       // heartbeats in flight
 }
-
-// maxBeating bounds the heartbeats in flight: more would all wait on the same
-// dead connection (by then the leases are lost anyway: 3 beats are T/2).
-const maxBeating = 3
 
 // holdKey identifies what an owner holds: re-entry is by owner, key and side.
 type holdKey struct {
@@ -95,8 +91,7 @@ func New(conn *zk.Conn, opts ...Option) (*Client, error) {
 	if o.sessionTimeout > 0 {
 		c.timeout = o.sessionTimeout
 		c.tick = min(max(o.sessionTimeout/30, 5*time.Millisecond), 100*time.Millisecond)
-		c.beat = max(o.sessionTimeout/6, time.Millisecond)
-		c.doubt = max(o.sessionTimeout/2-c.tick, time.Millisecond)
+		c.beat = max(o.sessionTimeout/6-2*c.tick, time.Millisecond) // sent a tick late at most
 	}
 	return c, nil
 }

@@ -88,18 +88,23 @@
 //     expiry only when it reconnects, which may be long after the fact;
 //     hence the next rule.
 //   - With WithSessionTimeout(T), the Client measures the session's
-//     liveness itself. While leases are held it sends a heartbeat every T/6:
-//     a sync, which a follower forwards to the leader and answers only with
-//     the leader's reply. It keeps the send time s of the last request of
-//     the session answered by way of the leader (a heartbeat, or a lock
-//     node's create: a write) and reports every lease of the session lost
-//     once T/2 has passed since s. Nothing go-zookeeper merely receives
-//     counts: not the replies to its pings (a follower cut off from its
-//     leader answers them for as long as its syncLimit), not watch
-//     notifications or late replies (a half-open link delivers them while the
-//     server hears nothing). A new lease is granted only if its session was
-//     answered within the last T/4; a lock handed over by a notification
-//     after a long wait sends a sync first.
+//     liveness itself. While leases are held it sends a heartbeat whenever
+//     T/6 less two ticks has passed since its last request through the
+//     leader (so that they go out at most T/6 apart): a sync, which a
+//     follower forwards to the leader and answers only with the leader's
+//     reply. Each request of the session that went
+//     through the leader (a heartbeat, or a lock node's create: a write) and
+//     was answered extends the session's leases to its send time s plus T/2
+//     if such requests had by then been sent at most T/6 apart for 5T/12
+//     (the heartbeats do that while leases are held), plus T/3 otherwise
+//     (just after an acquisition by an idle Client); every lease of the
+//     session is reported lost when that time has passed. Nothing
+//     go-zookeeper merely receives counts: not the replies to its pings (a
+//     follower cut off from its leader answers them for as long as its
+//     syncLimit), not watch notifications or late replies (a half-open link
+//     delivers them while the server hears nothing). A new lease is granted
+//     only if its session's leases have T/6 to live at least; a lock handed
+//     over by a notification after a long wait sends a sync first.
 //   - Without WithSessionTimeout (T unknown), a lease is reported lost as
 //     soon as go-zookeeper reports the connection down. That bounds nothing:
 //     go-zookeeper declares a connection dead 2T/3 after the last packet it
@@ -113,29 +118,33 @@
 //     once the connection is back, so the next waiter does not wait for the
 //     session's end.
 //
-// Why T/2 and T/6. The monitor reports the loss at the latest T/2 after s
-// (it checks every tick, from T/2 - tick on). The server hears of the
-// client no earlier than s, so on a standalone server, or when connected to
-// the leader, the session lives until s + T at least: the loss is reported
-// T/2 before any other client can hold the lock. Through a follower, the
-// leader learns of its clients from the follower's answers to its own
-// pings, sent every half tick: when the follower forwarded the heartbeat,
-// the leader had heard of every packet of the client received up to half a
-// tick before, and the client sends one at least every T/6 (the
-// heartbeats), so the session lives until s + T - T/6 - tick/2 at least.
-// ZooKeeper never negotiates a session shorter than 2 ticks (tick <= T/2),
-// so that is s + 7T/12 or later: the loss is reported T/12 before at worst,
-// and T/3 - tick/2 before with the usual T of 10 ticks or more. The cost is
-// one sync per T/6 per Client while it holds leases. A brief outage loses
-// nothing: leases survive while some heartbeat sent within the last T/2 is
-// answered, so an outage of up to about T/3 (T/2 less a heartbeat period
-// and a round trip) passes. go-zookeeper waits a second before dialling a
-// standalone server again, so with T under about 3 s any blip loses the
-// leases.
+// Why these windows. The monitor checks every tick, so a loss is reported
+// by s + T/2 (or s + T/3) at the latest. The server hears of the client no
+// earlier than s, so on a standalone server, or when connected to the
+// leader, the session lives until s + T at least: the loss comes T/2 (T/3
+// after an idle spell) before any other client can hold the lock. Through a
+// follower, the leader learns of the follower's clients from its answers to
+// the leader's pings, two per tick: when the follower forwarded the request
+// sent at s, the leader had heard of every packet of the client the
+// follower received up to half a tick before. The client's packets come at
+// most T/6 apart on the chain of heartbeats, and T/3 apart otherwise
+// (go-zookeeper's pings), so the session lives until s + T - T/6 - tick/2,
+// or s + T - T/3 - tick/2, at least. ZooKeeper never negotiates a session
+// shorter than 2 ticks (tick <= T/2). Either way the loss comes T/3 -
+// tick/2 before the expiry: T/12 at worst, over T/4 with the usual T of 10
+// ticks or more. (A packet that go-zookeeper held while disconnected goes
+// out after a reconnection, which the leader hears of at once: it
+// revalidates the session.) The cost is one sync per T/6 per Client while
+// it holds leases. A brief outage loses nothing: leases survive while a
+// heartbeat is answered within the window, so an outage of up to about T/3
+// (T/2 less a heartbeat period and a round trip) passes, T/6 during the
+// first 5T/12 after an acquisition by an idle Client. go-zookeeper waits a
+// second before dialling a standalone server again, so with T under about
+// 3.5 s (7 s in that first phase) a blip loses the leases.
 //
 // So two holders overlap only under these faults: the clocks of the holder
-// and of the leader run at different rates (T/12 of drift at worst, T/3 in
-// the usual case, is absorbed); a message between the follower and the
+// and of the leader run at rates so different that they eat the margin
+// (T/12 at worst); a message between the follower and the
 // leader is delayed by more than that margin; WithSessionTimeout is given a
 // T above the negotiated timeout (the server clamps it to its
 // [minSessionTimeout, maxSessionTimeout], 2 to 20 ticks by default: pass

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -49,8 +48,9 @@ func (l *Lease) Token() int64 { return l.h.token }
 
 // Lost returns a channel that is closed once the lock is no longer known to
 // be held: the session expired or changed, no heartbeat sent within the
-// last T/2 was answered (with WithSessionTimeout(T); without it: the
-// connection is down), or the Client was closed. Release does not close it.
+// last T/2 (T/3 after an idle spell) was answered (with
+// WithSessionTimeout(T); without it: the connection is down), or the Client
+// was closed. Release does not close it.
 func (l *Lease) Lost() <-chan struct{} { return l.h.lost }
 
 // Release drops one level of re-entry; the last one deletes the lock node,
@@ -121,134 +121,4 @@ func (c *Client) loseLocked(h *hold) {
 		delete(c.owned, h.hk)
 	}
 	c.reapLocked(h.path)
-}
-
-// monitor watches the session while leases are held, and reports them lost
-// when the session changes (it expired: go-zookeeper sets the ID to 0, then
-// to the new session's) or, with WithSessionTimeout, when the session's last
-// answered heartbeat was sent too long ago (see the package documentation);
-// without it, as soon as the connection is down. It sends the heartbeats.
-// It ends when no lease is live, or on Close.
-func (c *Client) monitor() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		}
-		state, sid, now := c.conn.State(), c.conn.SessionID(), time.Now()
-		c.mu.Lock()
-		var doubt bool
-		if c.timeout > 0 {
-			doubt = c.aliveSession != sid || now.Sub(c.aliveAt) >= c.doubt
-		} else {
-			doubt = state != zk.StateHasSession
-		}
-		for h := range c.live {
-			if doubt || sid != h.session {
-				c.loseLocked(h)
-			}
-		}
-		if len(c.live) == 0 {
-			c.monitoring = false
-			c.mu.Unlock()
-			return
-		}
-		c.beatLocked(sid, now)
-		c.mu.Unlock()
-	}
-}
-
-// beatLocked sends a heartbeat of session sid if one is due: every beat
-// since the last heartbeat or answered request, whether or not earlier ones
-// were answered (up to maxBeating in flight). c.mu must be held.
-func (c *Client) beatLocked(sid int64, now time.Time) {
-	if c.timeout == 0 || sid == 0 || c.closed || c.beating >= maxBeating {
-		return
-	}
-	last := c.lastBeat
-	if c.aliveSession == sid && c.aliveAt.After(last) {
-		last = c.aliveAt
-	}
-	if now.Sub(last) < c.beat {
-		return
-	}
-	c.lastBeat = now
-	c.beating++
-	c.wg.Add(1)
-	go func() { // owned by the Client: Close waits for it
-		defer c.wg.Done()
-		c.heartbeat(sid, now)
-		c.mu.Lock()
-		c.beating--
-		c.mu.Unlock()
-	}()
-}
-
-// heartbeat sends a sync, which a follower forwards to the leader: its
-// answer proves that the ensemble's leader (the server that expires
-// sessions) was reachable through the connection after sent, the time the
-// request was handed to go-zookeeper, no later than it went out. A read
-// would not do: a follower cut off from its leader answers reads alone, for
-// as long as its syncLimit, while the leader expires the session.
-func (c *Client) heartbeat(sid int64, sent time.Time) error {
-	_, err := c.conn.Sync(c.root)
-	if err == nil {
-		c.noteAlive(sid, sent)
-	}
-	return err
-}
-
-// noteAlive records that a request sent at sent in session sid was answered
-// (by way of the leader). A request answered after the session changed
-// proves nothing about sid: go-zookeeper runs a request queued without a
-// session in the next one.
-func (c *Client) noteAlive(sid int64, sent time.Time) {
-	if sid == 0 || c.conn.SessionID() != sid {
-		return
-	}
-	c.mu.Lock()
-	if c.aliveSession != sid || sent.After(c.aliveAt) {
-		c.aliveSession, c.aliveAt = sid, sent
-	}
-	c.mu.Unlock()
-}
-
-// fresh reports whether session sid was heard from recently enough to grant
-// a new lease in it: within half the time after which leases are lost.
-func (c *Client) fresh(sid int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.aliveSession == sid && time.Since(c.aliveAt) < c.doubt/2
-}
-
-// confirm makes sure, before cr is granted, that its session was heard from
-// recently (fresh), with a heartbeat if needed: a lock handed over by a
-// watch notification after a long wait must not start out in doubt. It
-// reports false if cr's session has ended (cr went with it).
-func (c *Client) confirm(ctx context.Context, cr created) (bool, error) {
-	var b backoff
-	for {
-		if c.conn.SessionID() != cr.session {
-			return false, nil
-		}
-		if c.fresh(cr.session) {
-			return true, nil
-		}
-		sent := time.Now()
-		err := c.call(ctx, func() error { _, err := c.conn.Sync(c.root); return err })
-		if err == nil {
-			c.noteAlive(cr.session, sent)
-			continue
-		}
-		if !transient(err) {
-			return false, err
-		}
-		if err := c.pause(ctx, &b); err != nil {
-			return false, err
-		}
-	}
 }

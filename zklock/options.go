@@ -43,12 +43,13 @@ func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
 // one given to zk.Connect; ZooKeeper clamps it to [2, 20] ticks by default,
 // so pass the negotiated value if it differs). While leases are held the
 // Client then sends a heartbeat (a sync, which goes through the leader)
-// every T/6, and reports the leases lost once T/2 has passed since the send
-// of the last one answered: before the server can expire the session and
-// give the lock to another client; see the package documentation for the
-// bound and its assumptions. An outage up to about T/3 loses nothing;
-// go-zookeeper waits a second before dialling a standalone server again, so
-// with d under about 3 s any blip loses the leases. Default: 0, unknown: a
+// every T/6, and reports the leases lost once T/2 (T/3 just after an idle
+// spell) has passed since the send of the last one answered: before the
+// server can expire the session and give the lock to another client; see
+// the package documentation for the bound and its assumptions. An outage up
+// to about T/3 (T/6 right after an acquisition) loses nothing; go-zookeeper
+// waits a second before dialling a standalone server again, so with d under
+// about 3.5 s any blip loses the leases. Default: 0, unknown: a
 // lease is reported lost as soon as go-zookeeper reports its connection
 // down, which is no bound at all against a silent or half-open link. A
 // negative d makes New return ErrInvalidSessionTimeout.

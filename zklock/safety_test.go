@@ -83,8 +83,9 @@ func runTakeover(t *testing.T, z *testserver.ZooKeeper, T time.Duration, hconn *
 	next := obtainAsync(bg, waiter, "held")
 	waitChildren(t, wconn, "held", 2)
 
+	lost := lostAt(lease)
 	at := fault(func() { release(t, other) })
-	m := awaitTakeover(t, lease, next, at, 4*T)
+	m := awaitTakeover(t, lost, next, at, 4*T)
 	t.Cleanup(func() {
 		select {
 		case r := <-armed:
@@ -97,17 +98,27 @@ func runTakeover(t *testing.T, z *testserver.ZooKeeper, T time.Duration, hconn *
 	return m
 }
 
-// awaitTakeover waits until lease is lost and next (another client's
-// Obtain) has the lock, and logs when each happened after the fault.
-func awaitTakeover(t *testing.T, lease lock.Lease, next <-chan result, fault time.Time, limit time.Duration) takeover {
+// lostAt delivers the time lease is lost (or its Client closed).
+func lostAt(lease lock.Lease) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		<-lease.Lost()
+		ch <- time.Now()
+	}()
+	return ch
+}
+
+// awaitTakeover waits until the lease is lost (lost, from lostAt) and next
+// (another client's Obtain) has the lock, and logs when each happened after
+// the fault.
+func awaitTakeover(t *testing.T, lost <-chan time.Time, next <-chan result, fault time.Time, limit time.Duration) takeover {
 	t.Helper()
 	m := takeover{fault: fault}
 	timeout := time.After(limit)
-	lost := lease.Lost()
 	for lost != nil || next != nil {
 		select {
-		case <-lost:
-			m.lost, lost = time.Now(), nil
+		case m.lost = <-lost:
+			lost = nil
 		case r := <-next:
 			if r.err != nil {
 				t.Fatalf("waiter's Obtain: %v", r.err)
@@ -137,6 +148,12 @@ func TestLostBeforeTakeover(t *testing.T) {
 		fault func(hconn *testserver.ZKConn, dialed time.Time, notify func()) time.Time
 	}{
 		{"partition", func(hconn *testserver.ZKConn, _ time.Time, _ func()) time.Time {
+			at := time.Now()
+			hconn.Partition(true)
+			return at
+		}},
+		{"partition after holding for T/2", func(hconn *testserver.ZKConn, _ time.Time, _ func()) time.Time {
+			time.Sleep(T / 2) // the heartbeats have run long enough for the longer window
 			at := time.Now()
 			hconn.Partition(true)
 			return at
@@ -224,12 +241,13 @@ func TestLostBeforeTakeoverFollowerCutOff(t *testing.T) {
 	next := obtainAsync(bg, waiter, "held")
 	waitChildren(t, wconn, "held", 2)
 
+	lost := lostAt(lease)
 	fault := time.Now()
 	if err := z.Isolate(follower, true); err != nil {
 		t.Fatal(err)
 	}
 	defer z.Isolate(follower, false) // before the Clients close: they wait for their requests
-	m := awaitTakeover(t, lease, next, fault, 4*T)
+	m := awaitTakeover(t, lost, next, fault, 4*T)
 	if !m.lost.Before(m.acquired) {
 		t.Fatalf("lease lost %v after the fault, %v after another client acquired the lock",
 			m.lost.Sub(m.fault).Round(time.Millisecond), m.lost.Sub(m.acquired).Round(time.Millisecond))
