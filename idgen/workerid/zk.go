@@ -28,29 +28,37 @@ import (
 // The ID is held as long as its node exists: until Release or the end of
 // the session, which the server (on an ensemble, the leader) expires the
 // session timeout T after it last heard of the client; another process can
-// then lease the ID. A lease is kept by a heartbeat through the watchdog
-// every T/6: a sync, which a follower forwards to the leader and answers
-// only with its reply, then an exists of the node (gone, or owned by
-// another session: lost at once). The lease is lost, and its generators
-// stop, once T/2 has passed since the send of the last heartbeat that
-// succeeded. An exists alone would not do: a follower cut off from its
-// leader answers reads from its own copy for as long as its syncLimit while
-// the leader expires the session.
+// then lease the ID. A lease is kept by heartbeats sent at most T/6 apart,
+// answered or not: a sync, which a follower forwards to the leader and
+// answers only with its reply, then an exists of the node (gone, or owned
+// by another session: lost at once).
+// Each heartbeat that succeeds extends the lease to its send time s plus
+// T/2 if heartbeats had by then been sent at most T/6 apart for 5T/12, plus
+// T/3 otherwise (the create counts as the first, so a lease starts with
+// T/3); the lease is lost, and its generators stop, when that time has
+// passed. An exists alone would not do: a follower cut off from its leader
+// answers reads from its own copy, for as long as its syncLimit, while the
+// leader expires the session.
 //
-// The server hears of the client no earlier than that send time s, so on a
-// standalone server or the leader the session lives until s + T: the loss
-// comes T/2 before the ID can be leased again. Through a follower, the
-// leader learns of the client's packets (one at least every T/6) from the
-// follower's answers to its pings, every half tick, so the session lives
-// until s + T - T/6 - tick/2 >= s + 7T/12 (ZooKeeper's shortest session is
-// 2 ticks): the loss comes T/12 before at worst, T/3 - tick/2 before with T
-// of 10 ticks or more. Two processes can issue IDs on one worker ID only
-// if the clocks of the holder and the leader run at rates that differ by
-// more than that margin, a message between follower and leader is delayed
-// by more, WithSessionTimeout is given more than the negotiated timeout,
-// the holder is paused (GC, SIGSTOP) across the loss, or an operator
-// deletes the node; the high-water marks then limit the damage to IDs
-// issued since the last checkpoint.
+// The server hears of the client no earlier than s, so on a standalone
+// server or the leader the session lives until s + T: the loss comes T/2
+// (T/3) before the ID can be leased again. Through a follower, the leader
+// learns of the client's packets from the follower's answers to its pings,
+// two per tick, so it knows of those up to half a tick before s; they come
+// at most T/6 apart on a chain of heartbeats and T/3 apart otherwise
+// (go-zookeeper's pings), so the session lives until s + T - T/6 - tick/2
+// (s + T - T/3 - tick/2) at least. ZooKeeper's shortest session is 2 ticks
+// (tick <= T/2; the default WithSessionTimeout of 4 s is exactly that with
+// the default tickTime), so the loss comes T/3 - tick/2 before the expiry:
+// T/12 at worst, over T/4 with T of 10 ticks or more. Two processes can
+// issue IDs on one worker ID only if the clocks of the holder and the
+// leader run at rates that differ enough to eat that margin, a message
+// between follower and leader is delayed by more, WithSessionTimeout is
+// given more than the negotiated timeout, the holder is paused (GC,
+// SIGSTOP) across the loss, or an operator deletes the node; the high-water
+// marks then limit the damage to IDs issued since the last checkpoint. An
+// outage of about T/3 (T/6 in the first 5T/12 of a lease) loses the lease;
+// go-zookeeper waits a second before dialling a standalone server again.
 //
 // If the reply to the ID node's create is lost with the connection, the
 // leaser looks for the node once the connection is back: a node owned by
@@ -76,8 +84,9 @@ type ZKLeaser struct {
 // WithSessionTimeout tells a ZKLeaser the session timeout T its connection
 // was made with (the value passed to zk.Connect). Leases are confirmed
 // every T/6 (a sync, then an exists), and a lease that could not be
-// confirmed for T/2 is declared lost, before the server can expire the
-// session and give the ID to another process (see ZKLeaser). It must not
+// confirmed for T/2 (T/3 in its first 5T/12) is declared lost, before the
+// server can expire the session and give the ID to another process (see
+// ZKLeaser). It must not
 // exceed the negotiated timeout: the server lowers a request above its
 // maxSessionTimeout (default 20 ticks, 40 s). Default: 4 s, the lowest
 // timeout a server with the default tickTime of 2 s negotiates.
@@ -133,8 +142,10 @@ func (z *ZKLeaser) hwPath(service string, id int64) string {
 // zklock lock "workerid-<service>" it lists the IDs taken and creates an
 // ephemeral node <root>/<service>/ids/<id> holding the host, PID and start
 // time. The lease is lost when the node is gone (session expired, node
-// deleted) or cannot be confirmed for half the session timeout. It returns
-// *ExhaustedError when every ID is taken.
+// deleted) or cannot be confirmed for half the session timeout (a third in
+// the lease's first 5/12 of it). It returns *ExhaustedError when every ID
+// is taken. If the create's reply is lost, the node is adopted or deleted
+// (see ZKLeaser).
 func (z *ZKLeaser) Lease(ctx context.Context, service string) (*Lease, error) {
 	if err := checkService(service); err != nil {
 		return nil, err
@@ -282,48 +293,21 @@ func (z *ZKLeaser) reap(p string) {
 	}()
 }
 
-// keep starts the heartbeat of a freshly created node: every T/6 a sync
-// (answered by way of the leader) then an Exists confirm the node is still
-// ours; the lease is lost at once when it is gone or owned by another
-// session, and T/2 after the start of the last confirmation otherwise.
+// keep starts the heartbeat of a freshly created (or adopted) node, whose
+// create (or sync) was sent at sent.
 func (z *ZKLeaser) keep(service string, id int64, p string, sent time.Time) (*Lease, error) {
-	session := z.conn.SessionID()
-	wd, err := watchdog.Start(watchdog.Config{
-		TTL:         z.sessionTimeout / 2,
-		Interval:    z.sessionTimeout / 6,
-		LastRenewed: sent,
-		Renew: func(ctx context.Context) error {
-			ok, st, err := callZK(ctx, func() (bool, *zk.Stat, error) {
-				if _, err := z.conn.Sync(p); err != nil {
-					return false, nil, err
-				}
-				return z.conn.Exists(p)
-			})
-			switch {
-			case err != nil:
-				return err
-			case !ok:
-				return fmt.Errorf("workerid: %s is gone: %w", p, watchdog.ErrNotHeld)
-			case st.EphemeralOwner != session:
-				return fmt.Errorf("workerid: %s belongs to another session: %w", p, watchdog.ErrNotHeld)
-			}
-			return nil
-		},
-	})
-	if err != nil {
-		z.conn.Delete(p, -1)
-		return nil, err
-	}
+	k := startKeeper(z.conn, p, z.conn.SessionID(), z.sessionTimeout, sent)
+	session := k.session
 	return &Lease{
 		service:    service,
 		id:         id,
 		max:        z.opts.max,
-		lost:       wd.Lost(),
-		cause:      wd.Err,
+		lost:       k.lost,
+		cause:      k.Err,
 		hw:         &zkHighWater{z: z, path: z.hwPath(service, id)},
 		checkpoint: z.opts.checkpoint,
 		free: func(ctx context.Context) error {
-			wd.Lose(ErrReleased)
+			k.Lose(ErrReleased)
 			_, st, err := z.conn.Exists(p)
 			if err != nil {
 				return fmt.Errorf("workerid: release %s: %w", p, err)
@@ -337,6 +321,188 @@ func (z *ZKLeaser) keep(service string, id int64, p string, sent time.Time) (*Le
 			return nil
 		},
 	}, nil
+}
+
+// maxBeats bounds a keeper's heartbeats in flight: more would all wait on
+// the same dead connection (by then the lease is lost anyway).
+const maxBeats = 3
+
+// zkKeeper keeps one worker-ID node (see ZKLeaser for the windows and their
+// derivation): it sends a heartbeat (a sync, then an exists of the node)
+// once T/6 less two ticks has passed since the last one was sent (it looks
+// every tick, so they go out at most T/6 apart), whether or not earlier
+// ones were answered, and reports the lease lost when the node is gone or
+// owned by another session, or when the window of the last
+// heartbeat that succeeded has passed: its send time plus T/2 if heartbeats
+// had by then been sent at most T/6 apart for 5T/12, plus T/3 otherwise.
+// It is safe for concurrent use.
+type zkKeeper struct {
+	conn    *zk.Conn
+	path    string
+	session int64         // the node's ephemeralOwner
+	timeout time.Duration // T
+	tick    time.Duration // how often the loop looks at the window
+	lost    chan struct{}
+	stop    chan struct{} // closed by Lose
+	done    chan struct{} // closed when the loop has returned
+
+	mu         sync.Mutex // protects the fields below
+	err        error
+	until      time.Time // the lease is lost then, unless a later heartbeat succeeds
+	lastSent   time.Time // when the last heartbeat (or the create) was sent
+	chainStart time.Time // since when they were sent at most T/6 apart
+	stopping   bool
+}
+
+// startKeeper keeps path, created (or found) by a request sent at sent in
+// session, with the session timeout T.
+func startKeeper(conn *zk.Conn, path string, session int64, T time.Duration, sent time.Time) *zkKeeper {
+	k := &zkKeeper{
+		conn: conn, path: path, session: session, timeout: T,
+		tick: min(max(T/30, 5*time.Millisecond), 100*time.Millisecond),
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	k.noteSent(sent)
+	k.noteAlive(sent)
+	go k.run() // owned by k: Lose stops it and waits
+	return k
+}
+
+// Err returns why the lease was lost, nil while it is held.
+func (k *zkKeeper) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// Lose reports the lease lost with cause (unless it already was), stops the
+// heartbeats and waits for the loop. It is idempotent.
+func (k *zkKeeper) Lose(cause error) {
+	k.lose(cause)
+	k.mu.Lock()
+	if !k.stopping {
+		k.stopping = true
+		close(k.stop)
+	}
+	k.mu.Unlock()
+	<-k.done
+}
+
+func (k *zkKeeper) lose(cause error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.err == nil {
+		k.err = cause
+		close(k.lost)
+	}
+}
+
+// noteSent records that a heartbeat (or the create) was sent at t.
+func (k *zkKeeper) noteSent(t time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lastSent.IsZero() || t.Sub(k.lastSent) > k.timeout/6 {
+		k.chainStart = t
+	}
+	if t.After(k.lastSent) {
+		k.lastSent = t
+	}
+}
+
+// noteAlive extends the lease by the window of a request sent at sent that
+// succeeded.
+func (k *zkKeeper) noteAlive(sent time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	window := k.timeout / 3
+	if !k.chainStart.After(sent.Add(-k.timeout * 5 / 12)) {
+		window = k.timeout / 2
+	}
+	if until := sent.Add(window - k.tick); until.After(k.until) {
+		k.until = until
+	}
+}
+
+func (k *zkKeeper) run() {
+	defer close(k.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		sent time.Time
+		err  error
+	}
+	res := make(chan result, maxBeats)
+	inflight := 0
+	defer func() {
+		cancel() // a heartbeat in flight returns once its ctx ends (callZK)
+		for ; inflight > 0; inflight-- {
+			<-res
+		}
+	}()
+	beat := max(k.timeout/6-2*k.tick, time.Millisecond) // sent a tick late at most: T/6 apart with a tick to spare
+	t := time.NewTicker(k.tick)
+	defer t.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-k.stop:
+			return
+		case r := <-res:
+			inflight--
+			switch {
+			case r.err == nil:
+				k.noteAlive(r.sent)
+			case errors.Is(r.err, watchdog.ErrNotHeld):
+				k.lose(r.err)
+				return
+			default:
+				lastErr = r.err
+			}
+		case <-t.C:
+		}
+		now := time.Now()
+		k.mu.Lock()
+		until, last := k.until, k.lastSent
+		k.mu.Unlock()
+		if !now.Before(until) {
+			if lastErr != nil {
+				k.lose(fmt.Errorf("workerid: %s not confirmed in time: %w: %w", k.path, watchdog.ErrExpired, lastErr))
+			} else {
+				k.lose(fmt.Errorf("workerid: %s not confirmed in time: %w", k.path, watchdog.ErrExpired))
+			}
+			return
+		}
+		if inflight < maxBeats && now.Sub(last) >= beat {
+			k.noteSent(now)
+			inflight++
+			go func(sent time.Time) { // owned by run: it waits for res before returning
+				res <- result{sent, k.heartbeat(ctx)}
+			}(now)
+		}
+	}
+}
+
+// heartbeat syncs (so that a follower's answer comes by way of the leader)
+// and confirms that the node still belongs to the session. It returns an
+// error matching watchdog.ErrNotHeld when the node is gone or another
+// session's.
+func (k *zkKeeper) heartbeat(ctx context.Context) error {
+	ok, st, err := callZK(ctx, func() (bool, *zk.Stat, error) {
+		if _, err := k.conn.Sync(k.path); err != nil {
+			return false, nil, err
+		}
+		return k.conn.Exists(k.path)
+	})
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("workerid: %s is gone: %w", k.path, watchdog.ErrNotHeld)
+	case st.EphemeralOwner != k.session:
+		return fmt.Errorf("workerid: %s belongs to another session: %w", k.path, watchdog.ErrNotHeld)
+	case k.conn.SessionID() != k.session:
+		return errors.New("workerid: answered in another session") // proves nothing about ours
+	}
+	return nil
 }
 
 // callZK runs a go-zookeeper call, which takes no ctx, and gives up when ctx

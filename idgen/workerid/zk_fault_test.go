@@ -3,6 +3,7 @@ package workerid_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -200,28 +201,34 @@ func TestZKLeaseLostBeforeTakeoverFollowerCutOff(t *testing.T) {
 
 // TestZKHalfOpenLosesLeaseBeforeTakeover: the server hears nothing from the
 // holder while the holder still receives (a half-open link); the lease is
-// lost before the session expires and another process leases the ID.
+// lost before the session expires and another process leases the ID, at
+// once (the lease's first, shorter window) and after T/2 of heartbeats.
 func TestZKHalfOpenLosesLeaseBeforeTakeover(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
 	const T = 3 * time.Second
-	c := zkServer.DialT(t, T, nil)
-	holder := zkLeaserOn(t, c, T, workerid.WithMax(0))
-	other := zkLeaserOn(t, zkServer.DialT(t, zkSession, nil), zkSession, workerid.WithMax(0))
-	a, err := holder.Lease(ctx, "svc")
-	if err != nil {
-		t.Fatal(err)
+	for _, held := range []time.Duration{0, T / 2} {
+		t.Run(fmt.Sprintf("held %v", held), func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			c := zkServer.DialT(t, T, nil)
+			holder := zkLeaserOn(t, c, T, workerid.WithMax(0))
+			other := zkLeaserOn(t, zkServer.DialT(t, zkSession, nil), zkSession, workerid.WithMax(0))
+			a, err := holder.Lease(ctx, "svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			release(t, a)
+			time.Sleep(held)
+			fault := time.Now()
+			for _, p := range c.Proxies() {
+				p.SetBlackholeToServer(true)
+			}
+			defer func() {
+				for _, p := range c.Proxies() {
+					p.Reset()
+				}
+			}()
+			awaitIDTakeover(ctx, t, a, other, fault, 4*T)
+		})
 	}
-	release(t, a)
-	fault := time.Now()
-	for _, p := range c.Proxies() {
-		p.SetBlackholeToServer(true)
-	}
-	defer func() {
-		for _, p := range c.Proxies() {
-			p.Reset()
-		}
-	}()
-	awaitIDTakeover(ctx, t, a, other, fault, 4*T)
 }
 
 // awaitIDTakeover polls other for a's worker ID until a is lost and other
