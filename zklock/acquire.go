@@ -23,19 +23,35 @@ type created struct {
 
 // acquire creates a lock node for key and waits until it is first in line.
 // A node lost with its session while waiting is replaced by a new attempt.
-func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine string, block bool) (*hold, error) {
+// mine is the owner's exclusive hold on key when k is a read (nil
+// otherwise); a read it backs is granted at once (see await).
+func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine *hold, block bool) (*hold, error) {
 	for {
 		cr, err := c.create(ctx, parent, k)
 		if err != nil {
 			return nil, err
 		}
-		ok, err := c.await(ctx, parent, cr, k, mine, block)
+		ok, anchored, err := c.await(ctx, parent, cr, k, mine, block)
 		if err != nil {
 			return nil, err
 		}
+		if ok && c.timeout > 0 {
+			ok, err = c.confirm(ctx, cr)
+			if (err != nil || !ok) && anchored {
+				c.giveBack(mine)
+			}
+			if err != nil {
+				c.abandon(cr)
+				return nil, c.ctxErr(ctx, err)
+			}
+		}
 		if ok {
-			return &hold{key: key, path: cr.path, name: cr.name, token: cr.token,
-				session: cr.session, lost: make(chan struct{})}, nil
+			h := &hold{key: key, path: cr.path, name: cr.name, token: cr.token,
+				session: cr.session, lost: make(chan struct{})}
+			if anchored {
+				h.anchor = mine
+			}
+			return h, nil
 		}
 	}
 }
@@ -54,8 +70,9 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 	var b backoff
 	for {
 		sess := c.conn.SessionID()
+		sent := c.noteSent(sess)
 		var res []zk.MultiResponse
-		err := c.callCreate(ctx, parent, guid, sess, &res, func() (err error) {
+		err := c.callCreate(ctx, parent, guid, &res, func() (err error) {
 			res, err = c.conn.Multi(
 				&zk.CreateRequest{Path: prefix, Acl: c.acl, Flags: zk.FlagEphemeralSequential},
 				&zk.SetDataRequest{Path: parent, Version: -1})
@@ -77,6 +94,8 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 				if !ok {
 					continue
 				}
+			} else {
+				c.noteAlive(sess, sent) // a write: answered by way of the leader
 			}
 			return cr, nil
 		case errors.Is(err, zk.ErrNoNode):
@@ -87,7 +106,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 			// Protected mode: the create may have been applied.
 			cr, found, err := c.findCreated(ctx, parent, guid)
 			if err != nil {
-				c.reapGUID(parent, guid, sess)
+				c.reapGUID(parent, guid)
 				return created{}, c.ctxErr(ctx, err)
 			}
 			if found {
@@ -97,7 +116,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 			return created{}, c.ctxErr(ctx, err)
 		}
 		if err := c.pause(ctx, &b); err != nil {
-			c.reapGUID(parent, guid, sess)
+			c.reapGUID(parent, guid)
 			return created{}, c.ctxErr(ctx, err)
 		}
 	}
@@ -206,9 +225,19 @@ func ignoreExists(err error) error {
 // again with a new node. Exclusive nodes wait for every node before them,
 // readers for the exclusive ones (but mine, their owner's own). Each waiter
 // watches only the last node it waits for.
-func (c *Client) await(ctx context.Context, parent string, cr created, k kind, mine string, block bool) (bool, error) {
+//
+// A reader whose owner holds the exclusive side (mine) does not wait for
+// the exclusive nodes queued behind mine (Curator's semantics; waiting would
+// deadlock: they wait for mine). It is granted at once, anchored: it takes
+// a level of mine, so that mine's node, which those writers wait for, stays
+// until the reader is released too (anchored reports this).
+func (c *Client) await(ctx context.Context, parent string, cr created, k kind, mine *hold, block bool) (ok, anchored bool, err error) {
 	if cr.children == 1 {
-		return true, nil // alone under the parent right after the create
+		return true, false, nil // alone under the parent right after the create
+	}
+	mineName := ""
+	if mine != nil {
+		mineName = mine.name
 	}
 	var b backoff
 	var timer *time.Timer
@@ -222,7 +251,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 		var names []string
 		err := c.call(ctx, func() (err error) { names, _, err = c.conn.Children(parent); return err })
 		if errors.Is(err, zk.ErrNoNode) {
-			return false, nil // the parent went, so did cr
+			return false, false, nil // the parent went, so did cr
 		}
 		if err != nil {
 			if transient(err) {
@@ -231,18 +260,21 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 				}
 			}
 			c.abandon(cr)
-			return false, c.ctxErr(ctx, err)
+			return false, false, c.ctxErr(ctx, err)
 		}
-		pred, pred2, blockers, found := c.queue(names, cr, k, mine)
+		pred, pred2, blockers, found := c.queue(names, cr, k, mineName)
 		if !found {
-			return false, nil
+			return false, false, nil
 		}
 		if pred == "" {
-			return true, nil
+			return true, false, nil
+		}
+		if mine != nil && c.anchor(mine) {
+			return true, true, nil
 		}
 		if !block {
 			c.abandon(cr)
-			return false, lock.ErrNotObtained
+			return false, false, lock.ErrNotObtained
 		}
 		// Watch pred, and also the node before it (pred2): when pred2 goes,
 		// pred normally holds, and listing again then (while pred holds, off
@@ -264,7 +296,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 				}
 			}
 			c.abandon(cr)
-			return false, c.ctxErr(ctx, err)
+			return false, false, c.ctxErr(ctx, err)
 		}
 		b = backoff{}
 		// Wait, looking at the connection every second: a closed zk.Conn
@@ -284,7 +316,7 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 				if ev.Type == zk.EventNodeDeleted && blockers == 1 {
 					// Nodes before cr never appear later; the only one it
 					// waited for is gone.
-					return true, nil
+					return true, false, nil
 				}
 			case ev = <-chPred2:
 				delete(watches, pred2)
@@ -295,22 +327,42 @@ func (c *Client) await(ctx context.Context, parent string, cr created, k kind, m
 					downSince = time.Now()
 				} else if time.Since(downSince) > closedAfter {
 					c.abandon(cr)
-					return false, ErrClosed
+					return false, false, ErrClosed
 				}
 				continue
 			case <-ctx.Done():
 				c.abandon(cr)
-				return false, notObtained(ctx)
+				return false, false, notObtained(ctx)
 			case <-c.stop:
 				c.abandon(cr)
-				return false, ErrClosed
+				return false, false, ErrClosed
 			}
 			if ev.Err != nil && c.conn.SessionID() != cr.session {
-				return false, nil // the watch ended with the session, and cr with it
+				return false, false, nil // the watch ended with the session, and cr with it
 			}
 			break wait
 		}
 	}
+}
+
+// anchor takes one level of the exclusive hold mine for a reader of the
+// same owner, if mine is still held; the reader's release gives it back.
+func (c *Client) anchor(mine *hold) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if mine.isLost || mine.count == 0 {
+		return false
+	}
+	mine.count++
+	return true
+}
+
+// giveBack drops the level of mine that an anchored reader took, if that
+// reader is not granted after all.
+func (c *Client) giveBack(mine *hold) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	defer cancel()
+	c.release(ctx, mine)
 }
 
 // watch returns the channel of a data watch on parent's child name, set by
@@ -372,7 +424,7 @@ func (c *Client) abandon(cr created) {
 	defer cancel()
 	err := c.call(ctx, func() error { return c.conn.Delete(cr.path, -1) })
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		c.reap(cr.path, cr.session)
+		c.reap(cr.path)
 	}
 }
 

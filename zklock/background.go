@@ -41,7 +41,7 @@ func (c *Client) call(ctx context.Context, op func() error) error {
 // callCreate is call for the create of a protected node: if ctx ends first,
 // the node the request may still create (found by its UUID) is deleted in
 // the background.
-func (c *Client) callCreate(ctx context.Context, parent, guid string, sess int64, res *[]zk.MultiResponse, op func() error) error {
+func (c *Client) callCreate(ctx context.Context, parent, guid string, res *[]zk.MultiResponse, op func() error) error {
 	if ctx.Done() == nil {
 		return op()
 	}
@@ -59,9 +59,9 @@ func (c *Client) callCreate(ctx context.Context, parent, guid string, sess int64
 		c.spawn(func() {
 			switch err := <-done; {
 			case err == nil:
-				c.reapNow((*res)[0].String, sess)
+				c.reapNow((*res)[0].String)
 			case errors.Is(err, zk.ErrConnectionClosed):
-				c.reapGUIDNow(parent, guid, sess)
+				c.reapGUIDNow(parent, guid)
 			}
 		})
 		return ctx.Err()
@@ -83,28 +83,51 @@ func (c *Client) spawn(f func()) bool {
 	return true
 }
 
-// reap deletes path in the background until that succeeds, the node is
-// gone, its session has ended or the Client is closed.
-func (c *Client) reap(path string, session int64) { c.spawn(func() { c.reapNow(path, session) }) }
+// reap deletes path in the background (see reapNow).
+func (c *Client) reap(path string) { c.spawn(func() { c.reapNow(path) }) }
 
 // reapLocked is reap with c.mu held.
-func (c *Client) reapLocked(path string, session int64) {
+func (c *Client) reapLocked(path string) {
 	if c.closed {
 		return
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.reapNow(path, session)
+		c.reapNow(path)
 	}()
 }
 
-func (c *Client) reapNow(path string, session int64) {
+// reapNow deletes path, a node this Client created, if it belongs to the
+// connection's current session. It judges the node by its ephemeralOwner
+// against the session at the time of asking, never by a session captured
+// earlier: a request queued while go-zookeeper had no session (ID 0, after
+// an expiry) runs in the next one. It retries until the node is deleted, is
+// gone, belongs to another session (an ended one: its ephemeral nodes go
+// with it), or the Client or conn is closed.
+func (c *Client) reapNow(path string) {
 	var b backoff
-	for c.conn.SessionID() == session {
-		err := c.conn.Delete(path, -1)
+	for {
+		ok, st, err := c.conn.Exists(path)
+		if err == nil {
+			if !ok {
+				return
+			}
+			sid := c.conn.SessionID()
+			switch {
+			case sid == 0:
+				err = zk.ErrNoServer // between two sessions: ask again in the next one
+			case st.EphemeralOwner != sid:
+				return // its session ended, and the node with it
+			default:
+				err = c.conn.Delete(path, -1)
+				if err == nil || errors.Is(err, zk.ErrNoNode) {
+					return
+				}
+			}
+		}
 		if !transient(err) {
-			return // deleted, gone (ErrNoNode), or not ours to retry (ErrNoAuth)
+			return // not ours to retry (e.g. ErrNoAuth)
 		}
 		if c.pause(context.Background(), &b) != nil {
 			return
@@ -113,19 +136,19 @@ func (c *Client) reapNow(path string, session int64) {
 }
 
 // reapGUID deletes, in the background, the node of parent with UUID guid
-// that a create whose reply was lost may have left.
-func (c *Client) reapGUID(parent, guid string, session int64) {
-	c.spawn(func() { c.reapGUIDNow(parent, guid, session) })
+// that a create whose reply was lost may have left (see reapNow).
+func (c *Client) reapGUID(parent, guid string) {
+	c.spawn(func() { c.reapGUIDNow(parent, guid) })
 }
 
-func (c *Client) reapGUIDNow(parent, guid string, session int64) {
+func (c *Client) reapGUIDNow(parent, guid string) {
 	var b backoff
-	for c.conn.SessionID() == session {
+	for {
 		names, _, err := c.conn.Children(parent)
 		if err == nil {
 			for _, name := range names {
 				if n, ok := parseNode(name); ok && n.guid == guid {
-					c.reapNow(parent+"/"+name, session)
+					c.reapNow(parent + "/" + name)
 				}
 			}
 			return

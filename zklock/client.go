@@ -26,14 +26,15 @@ const abandonTimeout = time.Second
 // TryObtain; Read and Write give the two sides of a read-write lock on the
 // same keys.
 type Client struct {
-	conn  *zk.Conn
-	root  string
-	acl   []zk.ACL
-	grace time.Duration // how long a lease survives a lost connection
-	tick  time.Duration // how often the monitor looks at the session
+	conn    *zk.Conn
+	root    string
+	acl     []zk.ACL
+	timeout time.Duration // the session timeout T (WithSessionTimeout), 0 if unknown
+	beat    time.Duration // heartbeat period while leases are held: T/6 less two ticks
+	tick    time.Duration // how often the monitor looks at the session
 
 	stop chan struct{}  // closed by Close
-	wg   sync.WaitGroup // the monitor, reapers and requests abandoned by their ctx
+	wg   sync.WaitGroup // the monitor, heartbeats, reapers and requests abandoned by their ctx
 
 	mu         sync.Mutex // protects the fields below
 	closed     bool
@@ -41,6 +42,14 @@ type Client struct {
 	owned      map[holdKey]*hold         // the live holds of ctx owners, for re-entry
 	pending    map[holdKey]chan struct{} // owners' acquisitions under way; closed when done
 	monitoring bool                      // the monitor goroutine runs
+	// The session's liveness (see liveness.go). Only requests that go
+	// through the leader (syncs, creates) count.
+	aliveSession int64     // the session aliveUntil is about
+	aliveUntil   time.Time // its leases are lost then, unless a later request is answered
+	sentSession  int64     // the session lastSent and chainStart are about
+	lastSent     time.Time // when the last request was sent
+	chainStart   time.Time // since when requests were sent at most T/6 apart
+	beating      int       // heartbeats in flight
 }
 
 // holdKey identifies what an owner holds: re-entry is by owner, key and side.
@@ -66,6 +75,9 @@ func New(conn *zk.Conn, opts ...Option) (*Client, error) {
 	if !validRoot(o.root) {
 		return nil, ErrInvalidRoot
 	}
+	if o.sessionTimeout < 0 {
+		return nil, ErrInvalidSessionTimeout
+	}
 	c := &Client{
 		conn:    conn,
 		root:    o.root,
@@ -77,8 +89,9 @@ func New(conn *zk.Conn, opts ...Option) (*Client, error) {
 		tick:    10 * time.Millisecond,
 	}
 	if o.sessionTimeout > 0 {
+		c.timeout = o.sessionTimeout
 		c.tick = min(max(o.sessionTimeout/30, 5*time.Millisecond), 100*time.Millisecond)
-		c.grace = max(o.sessionTimeout/3-c.tick, 0)
+		c.beat = max(o.sessionTimeout/6-2*c.tick, time.Millisecond) // sent a tick late at most
 	}
 	return c, nil
 }
@@ -125,8 +138,9 @@ func (c *Client) TryObtain(ctx context.Context, key string, opts ...lock.Option)
 // keys. Readers share a key; a writer excludes readers and other writers;
 // both queue in arrival order. The write side and the Client's own
 // Obtain are the same exclusive lock (and re-enter each other). An owner
-// holding the write lock may also take the read lock; the reverse returns
-// ErrUpgrade. It is safe for concurrent use.
+// holding the write lock may also take the read lock, at once even while
+// other writers queue (their wait then lasts until both are released); the
+// reverse returns ErrUpgrade. It is safe for concurrent use.
 type RWLocker struct {
 	c *Client
 	k kind
@@ -159,7 +173,7 @@ func (c *Client) obtain(ctx context.Context, key string, k kind, block bool) (lo
 	parent := c.root + "/" + esc
 	owner, hasOwner := lock.OwnerFrom(ctx)
 	hk := holdKey{owner: owner, key: key, shared: !k.exclusive()}
-	var mine string // the name of the owner's exclusive node, which a reader ignores
+	var mine *hold // the owner's exclusive hold, which a reader ignores and may lean on
 	for hasOwner {
 		c.mu.Lock()
 		if c.closed {
@@ -177,7 +191,7 @@ func (c *Client) obtain(ctx context.Context, key string, k kind, block bool) (lo
 			return nil, ErrUpgrade
 		}
 		if other != nil {
-			mine = other.name
+			mine = other
 		}
 		if ch := c.pending[hk]; ch != nil {
 			c.mu.Unlock()
@@ -207,6 +221,11 @@ func (c *Client) obtain(ctx context.Context, key string, k kind, block bool) (lo
 	h.hk, h.owned = hk, hasOwner
 	if err := c.register(h); err != nil {
 		c.conn.Delete(h.path, -1) // best effort: a closed Client no longer watches over it
+		if h.anchor != nil {
+			c.mu.Lock()
+			h.anchor.count--
+			c.mu.Unlock()
+		}
 		return nil, err
 	}
 	return &Lease{c: c, h: h}, nil

@@ -37,6 +37,14 @@
 // looking in the background and deletes what it finds. Duplicates of the
 // attempt's UUID seen while waiting are deleted as well.
 //
+// Every deletion in the background judges a node by its ephemeralOwner
+// against the connection's session at the time of asking, never by a session
+// captured when the attempt started: a node of the current session is
+// deleted, one of another session is left to that (ended) session. This
+// matters after an expiry: go-zookeeper has no session (ID 0) until it
+// reconnects, a create queued then runs in the new session, and the Client
+// still deletes the node if the attempt was given up.
+//
 // Release deletes the node (a missing node means lock.ErrNotHeld). A
 // cancelled wait (ctx ended, TryObtain refused) deletes the waiter's node
 // before returning, within a second, then in the background until the node
@@ -53,18 +61,25 @@
 // creation zxid: zxids grow with every write to the ensemble, so each new
 // acquisition of a key has a larger token, and re-entry returns the same
 // one. An owner that holds the write side (or the mutex, the same
-// exclusive lock) may take the read side too, its own exclusive node not
-// counting against its reader; taking the write side while holding only the
-// read side returns ErrUpgrade instead of deadlocking.
+// exclusive lock) may take the read side too, and gets it at once, as
+// Curator grants it: its own exclusive node does not count against its
+// reader, and neither do the writers queued behind that node (they wait for
+// it, so waiting for them would deadlock). While such writers queue, the
+// read leans on the owner's exclusive node: the node stays until the owner
+// has released both sides, so a queued writer never enters while the owner
+// reads. With nobody queued the read has a node of its own and survives the
+// write's release (a downgrade). Taking the write side while holding only
+// the read side returns ErrUpgrade instead of deadlocking.
 //
 // # Sessions: what the holder knows, and when
 //
 // The lock is held as long as the node exists, that is until Release or
-// the end of the node's session: the server expires a session the session
-// timeout T after it last heard from the client. go-zookeeper offers no
-// event subscription besides the callback given to zk.Connect, so the
-// Client watches the connection itself: while leases are held, a monitor
-// reads conn.State() and conn.SessionID() every few milliseconds.
+// the end of the node's session: the server (on an ensemble, the leader)
+// expires a session the session timeout T after it last heard of the
+// client, and deletes its nodes; the next waiter then holds the lock. The
+// holder must learn of the loss before that. While leases are held, a
+// monitor goroutine looks at conn.SessionID() every T/30 (5 to 100 ms; 10 ms
+// without WithSessionTimeout).
 //
 //   - Session expired or changed (go-zookeeper sets the session ID to 0 when
 //     it learns of the expiry, then to the new session's): every lease of the
@@ -72,21 +87,73 @@
 //     function's ctx with cause lock.ErrLockLost). The client learns of an
 //     expiry only when it reconnects, which may be long after the fact;
 //     hence the next rule.
-//   - Disconnected: the lease is in doubt; it may already be held by someone
-//     else if the outage lasts. go-zookeeper declares a connection dead after
-//     2/3·T without a reply, so by then the server may expire the session
-//     T/3 later. With WithSessionTimeout(T) a lease is reported lost once its
-//     connection has been down for T/3 (less a polling tick): before any
-//     other client can hold the lock, as long as the clocks run at the same
-//     rate, and a short blip (a reconnection to another server of the
-//     ensemble) loses nothing. Without it (T unknown) a lease is reported
-//     lost as soon as the connection is lost: safe, with false alarms. This
-//     is stricter than Curator's recommended policy (LOST after a full
-//     session timeout of SUSPENDED), which can report the loss after another
-//     holder has taken over.
+//   - With WithSessionTimeout(T), the Client measures the session's
+//     liveness itself. While leases are held it sends a heartbeat whenever
+//     T/6 less two ticks has passed since its last request through the
+//     leader (so that they go out at most T/6 apart): a sync, which a
+//     follower forwards to the leader and answers only with the leader's
+//     reply. Each request of the session that went
+//     through the leader (a heartbeat, or a lock node's create: a write) and
+//     was answered extends the session's leases to its send time s plus T/2
+//     if such requests had by then been sent at most T/6 apart for 5T/12
+//     (the heartbeats do that while leases are held), plus T/3 otherwise
+//     (just after an acquisition by an idle Client); every lease of the
+//     session is reported lost when that time has passed. Nothing
+//     go-zookeeper merely receives counts: not the replies to its pings (a
+//     follower cut off from its leader answers them for as long as its
+//     syncLimit), not watch notifications or late replies (a half-open link
+//     delivers them while the server hears nothing). A new lease is granted
+//     only if its session's leases have T/6 to live at least; a lock handed
+//     over by a notification after a long wait sends a sync first.
+//   - Without WithSessionTimeout (T unknown), a lease is reported lost as
+//     soon as go-zookeeper reports the connection down. That bounds nothing:
+//     go-zookeeper declares a connection dead 2T/3 after the last packet it
+//     received, notifications and late replies included, while the server
+//     expires the session T after it last heard from the client. Measured
+//     with T = 3 s and the old rule (lost T/3 after the connection was
+//     declared dead): a notification arriving just before a partition gave
+//     0.5 s with two holders, a half-open link 1 s, a follower cut off from
+//     its leader (syncLimit 5 s) 3.1 s. Pass WithSessionTimeout.
 //   - A lease reported lost while its session survives has its node deleted
 //     once the connection is back, so the next waiter does not wait for the
 //     session's end.
+//
+// Why these windows. The monitor checks every tick, so a loss is reported
+// by s + T/2 (or s + T/3) at the latest. The server hears of the client no
+// earlier than s, so on a standalone server, or when connected to the
+// leader, the session lives until s + T at least: the loss comes T/2 (T/3
+// after an idle spell) before any other client can hold the lock. Through a
+// follower, the leader learns of the follower's clients from its answers to
+// the leader's pings, two per tick: when the follower forwarded the request
+// sent at s, the leader had heard of every packet of the client the
+// follower received up to half a tick before. The client's packets come at
+// most T/6 apart on the chain of heartbeats, and T/3 apart otherwise
+// (go-zookeeper's pings), so the session lives until s + T - T/6 - tick/2,
+// or s + T - T/3 - tick/2, at least. ZooKeeper never negotiates a session
+// shorter than 2 ticks (tick <= T/2). Either way the loss comes T/3 -
+// tick/2 before the expiry: T/12 at worst, over T/4 with the usual T of 10
+// ticks or more. (A packet that go-zookeeper held while disconnected goes
+// out after a reconnection, which the leader hears of at once: it
+// revalidates the session.) The cost is one sync per T/6 per Client while
+// it holds leases. A brief outage loses nothing: leases survive while a
+// heartbeat is answered within the window, so an outage of up to about T/3
+// (T/2 less a heartbeat period and a round trip) passes, T/6 during the
+// first 5T/12 after an acquisition by an idle Client. go-zookeeper waits a
+// second before dialling a standalone server again, so with T under about
+// 3.5 s (7 s in that first phase) a blip loses the leases.
+//
+// So two holders overlap only under these faults: the clocks of the holder
+// and of the leader run at rates so different that they eat the margin
+// (T/12 at worst); a message between the follower and the
+// leader is delayed by more than that margin; WithSessionTimeout is given a
+// T above the negotiated timeout (the server clamps it to its
+// [minSessionTimeout, maxSessionTimeout], 2 to 20 ticks by default: pass
+// the negotiated value); the holder process is paused (GC, SIGSTOP) past
+// the loss, so that it acts after Lost closed; an operator deletes the lock
+// node; or WithSessionTimeout is not given (above). This is stricter than
+// Curator's recommended policy (LOST after a full session timeout of
+// SUSPENDED), which can report the loss after another holder has taken
+// over.
 //
 // Lost is a promise about when the holder is told, not about when it stops:
 // the holder's work must watch ctx (lock.Do) and pass the token to the
@@ -119,8 +186,8 @@
 // (package lock) is cheaper to run. Every acquisition is a ZooKeeper write
 // (a quorum round and an fsync), so it is not for thousands of acquisitions
 // per second on one key. Safety rests on the session: a holder paused (GC,
-// SIGSTOP) longer than its grace keeps running after its lease is reported
-// lost unless it checks ctx, so use the fencing token. A holder's node
+// SIGSTOP) past the loss keeps running after its lease is reported lost
+// unless it checks ctx, so use the fencing token. A holder's node
 // deleted by hand (an operator's force release) is not noticed by the holder
 // until Release returns lock.ErrNotHeld. The TTL, MaxHold and Retry options
 // of lock do not apply.

@@ -17,6 +17,9 @@ var (
 	// owner already holds the read side of the key on this Client: waiting
 	// for the write lock behind its own read lock would deadlock.
 	ErrUpgrade = errors.New("zklock: write lock requested by an owner that holds the read lock (upgrade would deadlock)")
+	// ErrInvalidSessionTimeout is returned by New for a negative
+	// WithSessionTimeout.
+	ErrInvalidSessionTimeout = errors.New("zklock: negative session timeout")
 	// ErrClosed is returned by Obtain and TryObtain once the Client (or its
 	// zk.Conn) is closed.
 	ErrClosed = errors.New("zklock: client closed")

@@ -140,12 +140,12 @@ func TestHolderGone(t *testing.T) {
 }
 
 // TestDisconnectionGrace: with WithSessionTimeout, a short outage does not
-// lose the lease; one longer than a third of the timeout does, and the node
-// is deleted once the connection is back.
+// lose the lease; one longer than half the timeout does, and the node is
+// deleted once the connection is back.
 func TestDisconnectionGrace(t *testing.T) {
 	key := "grace"
 	// go-zookeeper waits a second before it dials a standalone server again,
-	// so the grace (T/3) must exceed that.
+	// so the outage a lease survives (about T/3) must exceed that.
 	const long = 6 * time.Second
 	conn := dial(t, server, long)
 	c := newClient(t, conn, withSession(long))
@@ -164,8 +164,7 @@ func TestDisconnectionGrace(t *testing.T) {
 	c = newClient(t, conn, withSession(short))
 	lease = obtain(t, c, context.Background(), key)
 	conn.Partition(true)
-	// go-zookeeper notices a silent connection after 2/3 of the timeout; the
-	// grace is 1/3.
+	// Lost T/2 after the send of the last heartbeat answered.
 	select {
 	case <-lease.Lost():
 	case <-time.After(short + time.Second):

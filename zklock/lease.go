@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -22,8 +21,9 @@ type hold struct {
 	session int64  // the session that owns it (its ephemeralOwner)
 	lost    chan struct{}
 
-	hk    holdKey // set before register, then read-only
-	owned bool    // hk is in Client.owned
+	hk     holdKey // set before register, then read-only
+	owned  bool    // hk is in Client.owned
+	anchor *hold   // for a read granted to the holder of the exclusive side: that hold, one level of which this read holds
 
 	// Protected by Client.mu.
 	count  int
@@ -47,9 +47,10 @@ func (l *Lease) Key() string { return l.h.key }
 func (l *Lease) Token() int64 { return l.h.token }
 
 // Lost returns a channel that is closed once the lock is no longer known to
-// be held: the session expired or changed, the connection has been down for
-// longer than the grace (see WithSessionTimeout), or the Client was closed.
-// Release does not close it.
+// be held: the session expired or changed, no heartbeat sent within the
+// last T/2 (T/3 after an idle spell) was answered (with
+// WithSessionTimeout(T); without it: the connection is down), or the Client
+// was closed. Release does not close it.
 func (l *Lease) Lost() <-chan struct{} { return l.h.lost }
 
 // Release drops one level of re-entry; the last one deletes the lock node,
@@ -61,7 +62,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return lock.ErrNotHeld
 	}
-	c, h := l.c, l.h
+	return l.c.release(ctx, l.h)
+}
+
+// release drops one level of h, deleting its node at the last one; a read
+// anchored on its owner's exclusive hold then drops its level of that hold.
+func (c *Client) release(ctx context.Context, h *hold) error {
 	c.mu.Lock()
 	if h.isLost {
 		c.mu.Unlock()
@@ -76,6 +82,17 @@ func (l *Lease) Release(ctx context.Context) error {
 		delete(c.owned, h.hk)
 	}
 	c.mu.Unlock()
+	err := c.deleteHeld(ctx, h)
+	if h.anchor != nil {
+		// After the reader's node: the writers queued behind the anchor
+		// wait for the anchor's node, and may enter once it is gone.
+		err = errors.Join(err, c.release(ctx, h.anchor))
+	}
+	return err
+}
+
+// deleteHeld deletes the node of h, no longer held by anyone.
+func (c *Client) deleteHeld(ctx context.Context, h *hold) error {
 	if c.conn.SessionID() != h.session {
 		return lock.ErrNotHeld // the node ended with its session
 	}
@@ -86,7 +103,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrSessionExpired):
 		return lock.ErrNotHeld
 	default:
-		c.reap(h.path, h.session)
+		c.reap(h.path)
 		return fmt.Errorf("zklock: release %q: %w (deletion goes on in the background)", h.key, err)
 	}
 }
@@ -103,42 +120,5 @@ func (c *Client) loseLocked(h *hold) {
 	if h.owned && c.owned[h.hk] == h {
 		delete(c.owned, h.hk)
 	}
-	c.reapLocked(h.path, h.session)
-}
-
-// monitor watches the session while leases are held, and reports them lost
-// when the session changes (it expired: go-zookeeper sets the ID to 0, then
-// to the new session's) or the connection has been down for the grace. It
-// ends when no lease is live, or on Close.
-func (c *Client) monitor() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.tick)
-	defer t.Stop()
-	var downSince time.Time
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		}
-		state, sid, now := c.conn.State(), c.conn.SessionID(), time.Now()
-		if state == zk.StateHasSession {
-			downSince = time.Time{}
-		} else if downSince.IsZero() {
-			downSince = now
-		}
-		down := !downSince.IsZero() && now.Sub(downSince) >= c.grace
-		c.mu.Lock()
-		for h := range c.live {
-			if down || sid != h.session {
-				c.loseLocked(h)
-			}
-		}
-		if len(c.live) == 0 {
-			c.monitoring = false
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-	}
+	c.reapLocked(h.path)
 }

@@ -39,15 +39,20 @@ func WithRoot(path string) Option { return func(o *options) { o.root = path } }
 // parents. Default: zk.WorldACL(zk.PermAll).
 func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
 
-// WithSessionTimeout tells the Client the session timeout of its conn (the
+// WithSessionTimeout tells the Client the session timeout T of its conn (the
 // one given to zk.Connect; ZooKeeper clamps it to [2, 20] ticks by default,
-// so pass the negotiated value if it differs). A lease whose connection has
-// been down for a third of it is then reported lost; see the package
-// documentation for why a third. go-zookeeper waits a second before dialling
-// again once it has tried every server (with a standalone server: at every
-// reconnection), so with d under about 4 s any blip loses the leases.
-// Default: 0, unknown: a lease is reported lost as soon as its connection is
-// lost, the conservative choice.
+// so pass the negotiated value if it differs). While leases are held the
+// Client then sends a heartbeat (a sync, which goes through the leader)
+// every T/6, and reports the leases lost once T/2 (T/3 just after an idle
+// spell) has passed since the send of the last one answered: before the
+// server can expire the session and give the lock to another client; see
+// the package documentation for the bound and its assumptions. An outage up
+// to about T/3 (T/6 right after an acquisition) loses nothing; go-zookeeper
+// waits a second before dialling a standalone server again, so with d under
+// about 3.5 s any blip loses the leases. Default: 0, unknown: a
+// lease is reported lost as soon as go-zookeeper reports its connection
+// down, which is no bound at all against a silent or half-open link. A
+// negative d makes New return ErrInvalidSessionTimeout.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) { o.sessionTimeout = d }
 }

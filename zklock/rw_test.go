@@ -145,3 +145,39 @@ func TestReadWriteExclusion(t *testing.T) {
 	}
 	t.Logf("readers overlapped %d times", sharedSeen.Load())
 }
+
+// TestReadWhileWriterQueued: alice holds the write side and bob queues for
+// it; alice's read is granted at once (Curator's semantics), and bob still
+// waits until alice has released both sides.
+func TestReadWhileWriterQueued(t *testing.T) {
+	key := "rw-downgrade"
+	conn := dial(t, server, sessionTimeout)
+	c := newClient(t, conn)
+	other := newClient(t, dial(t, server, sessionTimeout))
+	alice := lock.WithOwner(context.Background(), "alice")
+	bob := lock.WithOwner(context.Background(), "bob")
+
+	w := obtain(t, c.Write(), alice, key)
+	writer := obtainAsync(bob, other.Write(), key)
+	waitChildren(t, conn, key, 2)
+
+	ctx, cancel := context.WithTimeout(alice, 5*time.Second)
+	defer cancel()
+	r, err := c.Read().Obtain(ctx, key)
+	if err != nil {
+		t.Fatalf("write holder's read with a writer queued: %v", err)
+	}
+	if _, err := other.Read().TryObtain(context.Background(), key); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("another reader under alice's locks: %v, want ErrNotObtained", err)
+	}
+	release(t, w)
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case res := <-writer:
+		t.Fatalf("bob obtained the write lock while alice reads: %v", res.err)
+	default:
+	}
+	release(t, r)
+	release(t, await(t, writer, 10*time.Second).lease)
+	waitChildren(t, conn, key, 0)
+}

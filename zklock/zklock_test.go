@@ -148,6 +148,7 @@ func TestNew(t *testing.T) {
 		{"slash only", conn.Conn, []zklock.Option{zklock.WithRoot("/")}, zklock.ErrInvalidRoot},
 		{"empty segment", conn.Conn, []zklock.Option{zklock.WithRoot("/a//b")}, zklock.ErrInvalidRoot},
 		{"dot segment", conn.Conn, []zklock.Option{zklock.WithRoot("/a/../b")}, zklock.ErrInvalidRoot},
+		{"negative session timeout", conn.Conn, []zklock.Option{zklock.WithSessionTimeout(-time.Second)}, zklock.ErrInvalidSessionTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

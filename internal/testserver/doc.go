@@ -20,10 +20,15 @@
 //     as a 3-node ensemble on loopback; per node Kill and Restart. Dial
 //     returns a connection routed through a Proxy per server, so that
 //     ZKConn.Expire can expire its session for real (by partitioning it for
-//     longer than the session timeout).
+//     longer than the session timeout); DialNode reaches one node only.
+//     NewZooKeeperEnsembleWith sets the ensemble's syncLimit and can route
+//     the links between nodes through proxies, so that PartitionPeers and
+//     Isolate cut a node off from the others while its clients still reach
+//     it (a follower cut off from its leader).
 //   - Proxy: a TCP fault proxy between a client and any server: pass, added
 //     latency, dropping new connections, cutting existing ones, and
-//     black-holing (connections accepted, bytes never delivered).
+//     black-holing (connections accepted, bytes never delivered), both ways
+//     or one way only (a half-open link).
 //
 // Constructors come in two forms: StartX(t, ...) fails the test on error and
 // registers Close with t.Cleanup; NewX(...) returns an error and leaves Close

@@ -21,6 +21,8 @@ type Proxy struct {
 	latency   time.Duration
 	dropNew   bool
 	blackhole bool
+	holdUp    bool // bytes to the server are held (SetBlackholeToServer)
+	holdDown  bool // bytes to the client are held (SetBlackholeToClient)
 	closed    bool
 	conns     map[*proxyConn]struct{}
 }
@@ -86,6 +88,28 @@ func (p *Proxy) SetBlackhole(on bool) {
 	p.mu.Unlock()
 }
 
+// SetBlackholeToServer holds every byte on its way to the server, on
+// existing and new connections, until it is turned off again (or the
+// connection is cut), and lets the server's bytes through: a half-open
+// link, where the server hears nothing while the client still receives
+// (replies already sent, watch notifications, and writes of its own that
+// succeed).
+func (p *Proxy) SetBlackholeToServer(on bool) {
+	p.mu.Lock()
+	p.holdUp = on
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// SetBlackholeToClient is SetBlackholeToServer for the other direction:
+// the server still receives, the client hears nothing.
+func (p *Proxy) SetBlackholeToClient(on bool) {
+	p.mu.Lock()
+	p.holdDown = on
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
 // Cut closes every existing connection (both sides); new ones are still accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -98,10 +122,12 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Reset clears every fault: no latency, new connections accepted, no black hole.
+// Reset clears every fault: no latency, new connections accepted, no black
+// hole in either direction.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	p.latency, p.dropNew, p.blackhole = 0, false, false
+	p.holdUp, p.holdDown = false, false
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
@@ -165,8 +191,8 @@ func (p *Proxy) dial(pc *proxyConn) {
 		return
 	}
 	p.wg.Add(2)
-	go p.pipe(pc, pc.client, s)
-	go p.pipe(pc, s, pc.client)
+	go p.pipe(pc, pc.client, s, true)
+	go p.pipe(pc, s, pc.client, false)
 }
 
 func (p *Proxy) drop(pc *proxyConn) {
@@ -183,8 +209,9 @@ type chunk struct {
 
 // pipe copies src to dst: a reader stamps each chunk with its delivery time
 // and a writer delivers it then, so latency does not cut throughput; the
-// writer holds chunks while the proxy is black-holed.
-func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn) {
+// writer holds chunks while the proxy is black-holed (in dst's direction:
+// toServer tells which it is).
+func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn, toServer bool) {
 	defer p.wg.Done()
 	defer p.drop(pc)
 	q := make(chan chunk, 64)
@@ -217,7 +244,7 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn) {
 		if d := time.Until(c.at); d > 0 {
 			time.Sleep(d)
 		}
-		if !p.waitOpen(pc) {
+		if !p.waitOpen(pc, toServer) {
 			return
 		}
 		if _, err := dst.Write(c.b); err != nil {
@@ -226,16 +253,17 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn) {
 	}
 }
 
-// waitOpen blocks while the proxy is black-holed; it reports false once the
-// connection was cut or the proxy closed.
-func (p *Proxy) waitOpen(pc *proxyConn) bool {
+// waitOpen blocks while the proxy is black-holed in the direction toServer
+// says; it reports false once the connection was cut or the proxy closed.
+func (p *Proxy) waitOpen(pc *proxyConn, toServer bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
 		if _, live := p.conns[pc]; !live || p.closed {
 			return false
 		}
-		if !p.blackhole {
+		held := p.blackhole || (toServer && p.holdUp) || (!toServer && p.holdDown)
+		if !held {
 			return true
 		}
 		p.cond.Wait()

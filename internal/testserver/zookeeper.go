@@ -143,9 +143,28 @@ func (n *ZKNode) close() {
 // ZooKeeper is a standalone server or an ensemble of nodes on loopback.
 type ZooKeeper struct {
 	nodes []*ZKNode
+	// peers[[2]int{i, j}] are the proxies through which node i reaches node
+	// j's quorum and election ports (ZKEnsembleOptions.PeerProxies); nil
+	// otherwise. Read-only after the start.
+	peers map[[2]int][2]*Proxy
 
 	mu    sync.Mutex // protects conns
 	conns []*ZKConn
+}
+
+// ZKEnsembleOptions configures NewZooKeeperEnsembleWith. The zero value
+// gives what NewZooKeeperEnsemble starts.
+type ZKEnsembleOptions struct {
+	// SyncLimit is zoo.cfg's syncLimit, in ticks (ZKTick): how long a
+	// follower cut off from its leader goes on serving its clients (reads,
+	// pings) before it gives up on the leader, and how long the leader waits
+	// for it. Default: 10 (2 s).
+	SyncLimit int
+	// PeerProxies routes the traffic of every node to every other node
+	// (quorum and election ports) through a Proxy per direction, so that
+	// PartitionPeers and Isolate can cut nodes off from each other while
+	// their clients still reach them. Default: false, direct links.
+	PeerProxies bool
 }
 
 // NewZooKeeper starts one standalone ZooKeeper server. The caller must Close it.
@@ -174,10 +193,33 @@ func StartZooKeeperEnsemble(tb testing.TB, n int) *ZooKeeper {
 	return must(tb, z, err)
 }
 
-func newZK(n int) (*ZooKeeper, error) {
+// NewZooKeeperEnsembleWith is NewZooKeeperEnsemble with options.
+func NewZooKeeperEnsembleWith(n int, o ZKEnsembleOptions) (*ZooKeeper, error) {
+	if n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("testserver: ensemble size %d: need an odd number ≥ 3", n)
+	}
+	if o.SyncLimit < 0 {
+		return nil, fmt.Errorf("testserver: negative syncLimit %d", o.SyncLimit)
+	}
+	return newZKWith(n, o)
+}
+
+// StartZooKeeperEnsembleWith is NewZooKeeperEnsembleWith for tests.
+func StartZooKeeperEnsembleWith(tb testing.TB, n int, o ZKEnsembleOptions) *ZooKeeper {
+	tb.Helper()
+	z, err := NewZooKeeperEnsembleWith(n, o)
+	return must(tb, z, err)
+}
+
+func newZK(n int) (*ZooKeeper, error) { return newZKWith(n, ZKEnsembleOptions{}) }
+
+func newZKWith(n int, o ZKEnsembleOptions) (*ZooKeeper, error) {
 	java, cp, err := zkClasspath()
 	if err != nil {
 		return nil, err
+	}
+	if o.SyncLimit == 0 {
+		o.SyncLimit = 10
 	}
 	z := &ZooKeeper{}
 	ports := make([]int, 3*n) // client, peer, election port per node
@@ -201,7 +243,42 @@ func newZK(n int) (*ZooKeeper, error) {
 			fmt.Fprintf(&servers, "server.%d=127.0.0.1:%d:%d\n", i+1, ports[3*i+1], ports[3*i+2])
 		}
 	}
+	if o.PeerProxies && n > 1 {
+		z.peers = map[[2]int][2]*Proxy{}
+		for i := range n {
+			for j := range n {
+				if i == j {
+					continue
+				}
+				var pair [2]*Proxy
+				for k := range pair {
+					p, err := NewProxy(addr(ports[3*j+1+k]))
+					if err != nil {
+						z.Close()
+						return nil, err
+					}
+					pair[k] = p
+				}
+				z.peers[[2]int{i, j}] = pair
+			}
+		}
+	}
 	for i := range n {
+		servers := servers.String()
+		if z.peers != nil {
+			// Node i binds its own ports and reaches the others through
+			// its proxies (each node reads only its own zoo.cfg).
+			var b strings.Builder
+			for j := range n {
+				q, e := ports[3*j+1], ports[3*j+2]
+				if j != i {
+					pair := z.peers[[2]int{i, j}]
+					q, e = proxyPort(pair[0]), proxyPort(pair[1])
+				}
+				fmt.Fprintf(&b, "server.%d=127.0.0.1:%d:%d\n", j+1, q, e)
+			}
+			servers = b.String()
+		}
 		dir, err := tempDir("zk")
 		if err != nil {
 			z.Close()
@@ -211,7 +288,7 @@ func newZK(n int) (*ZooKeeper, error) {
 		z.nodes = append(z.nodes, node)
 		cfg := fmt.Sprintf(`tickTime=%d
 initLimit=20
-syncLimit=10
+syncLimit=%d
 minSessionTimeout=%d
 maxSessionTimeout=30000
 dataDir=%s
@@ -221,7 +298,7 @@ admin.enableServer=false
 4lw.commands.whitelist=*
 maxClientCnxns=0
 electionPortBindRetry=5
-%s`, ZKTick.Milliseconds(), 2*ZKTick.Milliseconds(), dir, node.port, servers.String())
+%s`, ZKTick.Milliseconds(), o.SyncLimit, 2*ZKTick.Milliseconds(), dir, node.port, servers)
 		if err := os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
 			z.Close()
 			return nil, err
@@ -257,6 +334,44 @@ electionPortBindRetry=5
 	return z, nil
 }
 
+func proxyPort(p *Proxy) int {
+	_, port, _ := net.SplitHostPort(p.Addr())
+	n, _ := strconv.Atoi(port)
+	return n
+}
+
+// PartitionPeers black-holes (on) or restores (off) the links between
+// nodes a and b (indexes into Nodes), both ways; their clients still reach
+// them. Restoring also cuts the stalled connections, which the nodes then
+// make again. It needs ZKEnsembleOptions.PeerProxies.
+func (z *ZooKeeper) PartitionPeers(a, b int, on bool) error {
+	ab, ok1 := z.peers[[2]int{a, b}]
+	ba, ok2 := z.peers[[2]int{b, a}]
+	if !ok1 || !ok2 {
+		return fmt.Errorf("testserver: no peer proxies between nodes %d and %d (ZKEnsembleOptions.PeerProxies)", a, b)
+	}
+	for _, p := range []*Proxy{ab[0], ab[1], ba[0], ba[1]} {
+		p.SetBlackhole(on)
+		if !on {
+			p.Cut()
+		}
+	}
+	return nil
+}
+
+// Isolate partitions node i (an index into Nodes) from every other node, or
+// restores its links (see PartitionPeers).
+func (z *ZooKeeper) Isolate(i int, on bool) error {
+	for j := range z.nodes {
+		if j != i {
+			if err := z.PartitionPeers(i, j, on); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Nodes returns the servers (one when standalone).
 func (z *ZooKeeper) Nodes() []*ZKNode { return z.nodes }
 
@@ -281,6 +396,10 @@ func (z *ZooKeeper) Close() {
 	for _, n := range z.nodes {
 		n.close()
 	}
+	for _, pair := range z.peers {
+		pair[0].Close()
+		pair[1].Close()
+	}
 }
 
 // ZKConn is a ZooKeeper client connection whose traffic to every node runs
@@ -300,9 +419,29 @@ type ZKConn struct {
 // if not nil, is called with every event of the connection (go-zookeeper's
 // event callback, run on its event goroutine).
 func (z *ZooKeeper) Dial(sessionTimeout time.Duration, onEvent func(zk.Event)) (*ZKConn, error) {
+	return z.dial(z.nodes, sessionTimeout, onEvent)
+}
+
+// DialNode is Dial to node i (an index into Nodes) alone: the connection
+// never moves to another node, even when that one stops serving.
+func (z *ZooKeeper) DialNode(i int, sessionTimeout time.Duration, onEvent func(zk.Event)) (*ZKConn, error) {
+	if i < 0 || i >= len(z.nodes) {
+		return nil, fmt.Errorf("testserver: no node %d (%d nodes)", i, len(z.nodes))
+	}
+	return z.dial(z.nodes[i:i+1], sessionTimeout, onEvent)
+}
+
+// DialNodeT is DialNode for tests: the connection is closed when the test ends.
+func (z *ZooKeeper) DialNodeT(tb testing.TB, i int, sessionTimeout time.Duration, onEvent func(zk.Event)) *ZKConn {
+	tb.Helper()
+	c, err := z.DialNode(i, sessionTimeout, onEvent)
+	return must(tb, c, err)
+}
+
+func (z *ZooKeeper) dial(nodes []*ZKNode, sessionTimeout time.Duration, onEvent func(zk.Event)) (*ZKConn, error) {
 	c := &ZKConn{timeout: sessionTimeout, expired: make(chan struct{})}
 	var addrs []string
-	for _, n := range z.nodes {
+	for _, n := range nodes {
 		p, err := NewProxy(n.Addr())
 		if err != nil {
 			c.closeProxies()
