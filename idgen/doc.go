@@ -12,7 +12,11 @@
 //	0 | time (41) | worker (10, or datacenter + machine) | sequence (12)
 //
 // A Layout sets the bit counts, the epoch, the tick and the order of the
-// fields; NewSnowflake(layout, worker) returns a generator. The presets:
+// fields; NewSnowflake(layout, worker) returns a generator. Layout.Validate
+// and NewSnowflake reject (ErrInvalidLayout) an epoch before 1970-01-01 UTC:
+// a generator counts nanoseconds since its epoch in an int64, which holds 292
+// years, and an earlier epoch overflows it for clock readings before 2262
+// (for today's clock, any epoch before about 1733). The presets:
 //
 //	preset             bits: time/worker/seq  tick   epoch                     IDs/s per worker  workers  time bits run out
 //	LayoutTwitter      41 / 5+5 / 12          1 ms   2010-11-04T01:42:54.657Z  4,096,000         32 × 32  2080-07-10

@@ -72,7 +72,12 @@ func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o o
 	e.limit = max(int64(o.tolerance), e.borrow)
 	e.start = e.now()
 	e.startNs = e.start.UnixNano() - epochNs
-	if !o.highWater.IsZero() {
+	if end := time.Unix(0, epochNs+maxTicks*tickNs); !o.highWater.Before(end) {
+		// Compared as times: a mark after 2262 has no UnixNano, and one that
+		// wrapped around to an early instant would be ignored.
+		return nil, ErrTimeExhausted
+	}
+	if o.highWater.After(time.Unix(0, epochNs)) {
 		// Resume above the mark: pretend the tick before it is used up.
 		markNs := o.highWater.UnixNano() - epochNs
 		first := ceilDiv(markNs, tickNs)
