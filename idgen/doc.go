@@ -74,13 +74,15 @@
 //     borrows later ticks instead of waiting. Trade-off: IDs' times may be up
 //     to ahead early, and a worker restarted within ahead of a burst must
 //     start from a high-water mark. Bound: MaxBorrow (1 minute).
-//   - WithLogicalClock(maxLead): the generator keeps its own clock, the wall
-//     time read at start plus the elapsed time on Go's monotonic clock (which
-//     steps never move), and uses the wall clock only when it is ahead. A step
-//     back is ignored: IDs keep flowing at the full rate, with times that lead
-//     the wall clock by the size of the step, until the lead passes maxLead
-//     and Next returns *ClockBackwardsError. Trade-off: IDs' times stay off by
-//     the step for the life of the generator, and a restart reads the stepped
+//   - WithLogicalClock(maxLead): the generator keeps its own clock, which
+//     runs on Go's monotonic clock (which steps never move) from the wall time
+//     read at start, and jumps forward to the wall clock whenever that is
+//     ahead, for good. A step back is ignored, also one that undoes an
+//     earlier step forward: IDs keep flowing at the full rate, with times that
+//     lead the wall clock by the size of the step, until the lead passes
+//     maxLead and Next returns *ClockBackwardsError (Behind is the lead).
+//     Trade-off: IDs' times stay off by the step until the wall clock catches
+//     up (or for the life of the generator), and a restart reads the stepped
 //     wall clock again, so it needs a high-water mark. Bound: MaxLogicalLead
 //     (24 hours).
 //

@@ -26,9 +26,13 @@ type engine struct {
 
 	logical bool
 	maxLead int64
-	start   time.Time // clock reading at construction (logical clock anchor)
-	startNs int64     // start, in ns since the epoch
+	start   time.Time // clock reading at construction (origin of the elapsed time)
 	elapsed func() time.Duration
+	// offset is the logical clock minus the elapsed time, in ns since the
+	// epoch: the largest wall-minus-elapsed reading seen, so the logical
+	// clock follows the wall clock forward and never back. It is written
+	// only when the wall clock gets ahead of the logical clock.
+	offset atomic.Int64
 
 	lost <-chan struct{}
 
@@ -71,7 +75,7 @@ func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o o
 	}
 	e.limit = max(int64(o.tolerance), e.borrow)
 	e.start = e.now()
-	e.startNs = e.start.UnixNano() - epochNs
+	e.offset.Store(e.start.UnixNano() - epochNs)
 	if end := time.Unix(0, epochNs+maxTicks*tickNs); !o.highWater.Before(end) {
 		// Compared as times: a mark after 2262 has no UnixNano, and one that
 		// wrapped around to an early instant would be ignored.
@@ -120,17 +124,26 @@ func (e *engine) read() (int64, error) {
 	return ns, nil
 }
 
-// logicalTime returns the later of the wall time ns and the logical time
-// (start plus monotonic elapsed time), or an error if the logical time leads
-// by more than maxLead.
+// logicalTime returns the logical time for the wall time ns read at t, or an
+// error if it leads ns by more than maxLead. The logical clock is the offset
+// plus the monotonic elapsed time; a wall clock ahead of it raises the offset
+// for good (a step forward is followed), so a later step back, even one that
+// only undoes that step, leaves the logical clock where it was and shows as a
+// lead instead of a clock behind the IDs already issued.
 func (e *engine) logicalTime(t time.Time, ns int64) (int64, error) {
-	var el time.Duration
+	var el int64
 	if e.elapsed != nil {
-		el = e.elapsed()
+		el = int64(e.elapsed())
 	} else {
-		el = t.Sub(e.start)
+		el = int64(t.Sub(e.start))
 	}
-	if l := e.startNs + int64(el); l > ns {
+	off := e.offset.Load()
+	for d := ns - el; d > off; off = e.offset.Load() {
+		if e.offset.CompareAndSwap(off, d) {
+			return ns, nil
+		}
+	}
+	if l := off + el; l > ns {
 		if l-ns > e.maxLead {
 			return 0, &ClockBackwardsError{Behind: time.Duration(l - ns), Limit: time.Duration(e.maxLead)}
 		}

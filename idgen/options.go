@@ -83,16 +83,19 @@ func WithBorrow(ahead time.Duration) Option {
 	return func(o *options) { o.borrow = ahead }
 }
 
-// WithLogicalClock makes a Snowflake or Serial run on its own logical clock:
-// the wall time read at construction plus the elapsed time on Go's monotonic
-// clock (or WithElapsed), advanced to the wall clock when that is ahead. A wall
-// clock stepped back is ignored, so IDs keep flowing at the true rate with
-// times that lead the wall clock by the size of the step; once the lead
-// exceeds maxLead, Next returns *ClockBackwardsError. The cost: after a step
-// back, IDs' times stay ahead of the wall clock until the generator is
-// rebuilt, and a restart reads the (stepped) wall clock again, so a restart
-// needs a high-water mark (WithHighWater, OpenSnowflake) to stay unique. The
-// default is off; maxLead must be in (0, MaxLogicalLead].
+// WithLogicalClock makes a Snowflake or Serial run on its own logical clock,
+// which advances with the elapsed time on Go's monotonic clock (or
+// WithElapsed) from the wall time read at construction, and jumps forward to
+// the wall clock whenever that is ahead of it, for good: it never follows the
+// wall clock back. A wall clock stepped back is ignored, also when the step
+// only undoes an earlier step forward, so IDs keep flowing at the true rate
+// with times that lead the wall clock by the size of the step; once that lead
+// exceeds maxLead, Next returns *ClockBackwardsError with the lead. The cost:
+// after a step back, IDs' times stay ahead of the wall clock until the wall
+// clock catches up or the generator is rebuilt, and a restart reads the
+// (stepped) wall clock again, so a restart needs a high-water mark
+// (WithHighWater, OpenSnowflake) to stay unique. The default is off; maxLead
+// must be in (0, MaxLogicalLead].
 func WithLogicalClock(maxLead time.Duration) Option {
 	return func(o *options) {
 		o.maxLead = maxLead

@@ -326,11 +326,13 @@ func TestLogicalClock(t *testing.T) {
 	if id := is.next(); id != idAt(t, l, t0.Add(time.Minute), 4, 0) {
 		t.Fatalf("wall ahead: %+v", l.Decompose(id))
 	}
-	// A step back the lead bound does not cover is reported.
+	// A step back the lead bound does not cover is reported. The logical
+	// clock followed the wall clock to t0+1m, so it leads by 1m3s (issue 15,
+	// item 7: it used to fall back to t0+10ms and report 3.01 s, below IDs
+	// already issued at t0+1m).
 	clock.Set(t0.Add(-3 * time.Second))
-	// (the logical clock, at t0+10ms, leads the wall clock by 3.01 s).
 	_, err := g.Next()
-	wantBackwards(t, err, 3*time.Second+10*time.Millisecond, 2*time.Second)
+	wantBackwards(t, err, time.Minute+3*time.Second, 2*time.Second)
 
 	t.Run("lead bound", func(t *testing.T) {
 		clock := newClock(t0)
@@ -359,6 +361,38 @@ func TestLogicalClock(t *testing.T) {
 			t.Fatalf("time %v, want %v", p.Time, base.Add(5*time.Millisecond))
 		}
 	})
+}
+
+// TestLogicalClockStepForwardThenBack is issue 15, item 7: the logical clock
+// follows a wall clock that steps forward, and must then absorb the step back
+// of the same size (a lead within maxLead), not report it.
+func TestLogicalClockStepForwardThenBack(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	g := newSnowflake(t, l, 4, idgen.WithClock(clock.Now), idgen.WithElapsed(clock.Elapsed), idgen.WithLogicalClock(time.Minute))
+	is := &issuer{t: t, g: g}
+	is.next()
+	clock.Set(t0.Add(10 * time.Second)) // a step forward: followed at once
+	if id := is.next(); id != idAt(t, l, t0.Add(10*time.Second), 4, 0) {
+		t.Fatalf("after the step forward: %+v", l.Decompose(id))
+	}
+	clock.Set(t0) // and back by as much: a lead of 10 s, within a minute
+	if id := is.next(); id != idAt(t, l, t0.Add(10*time.Second), 4, 1) {
+		t.Fatalf("after the step back: %+v, want the logical time t0+10s", l.Decompose(id))
+	}
+	clock.Advance(5 * time.Millisecond) // the logical clock runs on from t0+10s
+	if id := is.next(); id != idAt(t, l, t0.Add(10*time.Second+5*time.Millisecond), 4, 0) {
+		t.Fatalf("5 ms later: %+v", l.Decompose(id))
+	}
+	// A wall clock that then catches up is followed again, with no lead.
+	clock.Set(t0.Add(11 * time.Second))
+	if id := is.next(); id != idAt(t, l, t0.Add(11*time.Second), 4, 0) {
+		t.Fatalf("wall clock ahead again: %+v", l.Decompose(id))
+	}
+	// A lead beyond maxLead is reported, measured from the logical clock.
+	clock.Set(t0.Add(11*time.Second - 2*time.Minute))
+	_, err := g.Next()
+	wantBackwards(t, err, 2*time.Minute, time.Minute)
 }
 
 func TestHighWater(t *testing.T) {
