@@ -73,7 +73,9 @@
 //     ticks when a tick's sequence runs out), and a burst above the rate
 //     borrows later ticks instead of waiting. Trade-off: IDs' times may be up
 //     to ahead early, and a worker restarted within ahead of a burst must
-//     start from a high-water mark. Bound: MaxBorrow (1 minute).
+//     start from a high-water mark that covers what it borrowed (see
+//     High-water mark: a generator built from a store borrows only below
+//     the mark it stored). Bound: MaxBorrow (1 minute).
 //   - WithLogicalClock(maxLead): the generator keeps its own clock, which
 //     runs on Go's monotonic clock (which steps never move) from the wall time
 //     read at start, and jumps forward to the wall clock whenever that is
@@ -93,15 +95,36 @@
 // # High-water mark
 //
 // Snowflake.HighWater is an instant before which all IDs issued so far lie.
-// Saved through a HighWaterStore (Snowflake.Checkpoint, periodically and at
-// shutdown) and handed to the worker's next generator (OpenSnowflake, or
-// WithHighWater), it makes that generator start above it, and fail with
-// *ClockBackwardsError when its clock is behind it beyond the tolerance: a
-// restart after a clock rollback is detected instead of reissuing IDs. IDs
-// issued after the last checkpoint are protected only if the clock did not
-// step back by more than the time since that checkpoint. Stores backed by
-// Redis and ZooKeeper come with worker leasing, in another package; WithLease
-// makes a generator return ErrLeaseLost once its lease's channel closes.
+// Snowflake.Checkpoint saves a mark through a HighWaterStore, periodically
+// and at shutdown: HighWater, or for a generator built WithBorrow(ahead) a
+// reservation, the later of HighWater and its clock plus ahead. Handed to the
+// worker's next generator (OpenSnowflake, or WithHighWater), the mark makes
+// that generator start above it, and fail with *ClockBackwardsError when its
+// clock is behind it by more than its tolerance (or borrow): a restart after
+// a clock rollback is detected instead of reissuing IDs. A generator built
+// WithHighWater (OpenSnowflake builds them so, and stores a first
+// reservation at once when it borrows) borrows ticks ahead of its clock only
+// below the last mark it stored; once they are used up, Next waits for the
+// clock or the next Checkpoint.
+//
+// What survives a crash, for a generator restarted from the last mark its
+// predecessor stored (with WithHighWater, or OpenSnowflake, on both):
+//
+//   - every ID issued before that Checkpoint;
+//   - every ID borrowed ahead of the clock since (it lies below the mark);
+//   - every ID issued since at a tick the clock had reached, as long as the
+//     new generator's clock is not behind the old one's by more than the time
+//     since that Checkpoint: the clock itself is all that covers these.
+//
+// A generator built WithBorrow without WithHighWater borrows freely, and
+// what it borrowed since its last Checkpoint does not survive a crash. A
+// generator restarted from a reservation whose clock is behind it by more
+// than its own tolerance (or borrow) fails with *ClockBackwardsError until
+// its clock nears the mark: restart a borrowing worker with the same borrow.
+// A Checkpoint after the last ID (at shutdown) covers everything. Stores
+// backed by Redis and ZooKeeper come with worker leasing, in another package;
+// WithLease makes a generator return ErrLeaseLost once its lease's channel
+// closes.
 //
 // # Other IDs
 //

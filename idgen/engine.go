@@ -1,6 +1,8 @@
 package idgen
 
 import (
+	"context"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -35,6 +37,13 @@ type engine struct {
 	offset atomic.Int64
 
 	lost <-chan struct{}
+
+	// ceiling is the first tick a borrow may not reach: for a generator built
+	// WithHighWater, the tick of the last mark stored (the mark it started
+	// from, then each Checkpoint's reservation), so that a restart from the
+	// store starts above every borrowed ID; math.MaxInt64 otherwise. Raised
+	// only, by reserved, after the store has the mark.
+	ceiling atomic.Int64
 
 	// The state gets a cache line of its own: every CAS takes the line from
 	// the other cores, and the read-only fields above must not go with it.
@@ -76,6 +85,10 @@ func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o o
 	e.limit = max(int64(o.tolerance), e.borrow)
 	e.start = e.now()
 	e.offset.Store(e.start.UnixNano() - epochNs)
+	e.ceiling.Store(math.MaxInt64)
+	if o.persistent {
+		e.ceiling.Store(0)
+	}
 	if end := time.Unix(0, epochNs+maxTicks*tickNs); !o.highWater.Before(end) {
 		// Compared as times: a mark after 2262 has no UnixNano, and one that
 		// wrapped around to an early instant would be ignored.
@@ -87,6 +100,9 @@ func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o o
 		first := ceilDiv(markNs, tickNs)
 		if first >= maxTicks {
 			return nil, ErrTimeExhausted
+		}
+		if o.persistent {
+			e.ceiling.Store(first) // the store has this mark
 		}
 		if first > 0 {
 			e.state.Store(uint64(first-1)<<seqBits | seqMax)
@@ -241,7 +257,7 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 			return 0, 0, ErrTimeExhausted
 		}
 		wait := next*e.tickNs - ns // until the clock reaches the next tick
-		if wait <= e.borrow {
+		if wait <= e.borrow && next < e.ceiling.Load() {
 			k = min(n, e.seqMax+1)
 			hi = uint64(next)<<e.seqBits | (k - 1)
 			if e.state.CompareAndSwap(old, hi) {
@@ -252,13 +268,19 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 		if e.isLost() {
 			return 0, 0, ErrLeaseLost
 		}
-		d := time.Duration(min(wait-e.borrow, int64(maxNap)))
+		d := wait - e.borrow // until the tick is within the borrow
+		if d <= 0 {
+			// Within the borrow but not below the ceiling: wait for the
+			// clock to reach the tick, or for a Checkpoint to raise it.
+			d = wait
+		}
+		d = min(d, int64(maxNap))
 		if e.tickNs >= int64(coarseTick) {
 			// Go's timer wakes up to ~1 ms late; a long tick has room for
 			// that, and time.Sleep parks the goroutine, not a thread.
-			time.Sleep(d)
+			time.Sleep(time.Duration(d))
 		} else {
-			sleepFor(d)
+			sleepFor(time.Duration(d))
 		}
 		if ns, err = e.read(); err != nil {
 			return 0, 0, err
@@ -274,6 +296,51 @@ func sleepFor(d time.Duration) {
 		return
 	}
 	yield()
+}
+
+// reservation returns the mark a checkpoint stores: the high-water mark or,
+// for a borrowing generator, the later of it and the clock plus the borrow
+// (capped at the end of the time bits), which leaves room to borrow until
+// the clock gets near it.
+func (e *engine) reservation() time.Time {
+	hw := e.highWater()
+	if e.borrow == 0 {
+		return hw
+	}
+	ns, err := e.read()
+	if err != nil {
+		return hw // a logical clock beyond its lead: no room is reserved
+	}
+	r := min(ns+e.borrow, e.maxTicks*e.tickNs)
+	if t := time.Unix(0, e.epochNs+r).UTC(); t.After(hw) {
+		return t
+	}
+	return hw
+}
+
+// reserved raises the ceiling of a generator built WithHighWater to mark,
+// which the store now holds.
+func (e *engine) reserved(mark time.Time) {
+	if e.ceiling.Load() == math.MaxInt64 {
+		return // not built WithHighWater: borrowing is not limited
+	}
+	c := ceilDiv(mark.UnixNano()-e.epochNs, e.tickNs)
+	for old := e.ceiling.Load(); c > old; old = e.ceiling.Load() {
+		if e.ceiling.CompareAndSwap(old, c) {
+			return
+		}
+	}
+}
+
+// checkpoint stores the generator's reservation in store, then lets it
+// borrow up to it.
+func (e *engine) checkpoint(ctx context.Context, store HighWaterStore) error {
+	mark := e.reservation()
+	if err := store.Store(ctx, mark); err != nil {
+		return err
+	}
+	e.reserved(mark)
+	return nil
 }
 
 // highWater returns the instant before which every pair issued so far lies:

@@ -452,6 +452,108 @@ func TestHighWater(t *testing.T) {
 	}
 }
 
+// TestBorrowRestartFromCheckpoint is issue 15, item 7: a generator that
+// borrowed ahead of its clock after its last checkpoint, then crashed, must
+// not have its IDs reissued by a restart from that checkpoint, with no clock
+// step at all.
+func TestBorrowRestartFromCheckpoint(t *testing.T) {
+	l := idgen.Layout{Name: "seq2", TimeBits: 41, WorkerBits: 20, SequenceBits: 2}
+	const ahead = 10 * time.Second
+	ctx := context.Background()
+	store := &memStore{}
+	clock := newClock(t0)
+	g1, err := idgen.OpenSnowflake(ctx, store, l, 5, idgen.WithClock(clock.Now), idgen.WithBorrow(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g1.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g1.Checkpoint(ctx, store); err != nil { // the periodic checkpoint
+		t.Fatal(err)
+	}
+	// A burst: 3 s of ticks (4 IDs each) borrowed within one millisecond.
+	clock.SetStep(time.Millisecond / 4000)
+	burst := make([]int64, 3000*4)
+	if n, err := g1.NextN(burst); err != nil || n != len(burst) {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	if last := l.Decompose(burst[len(burst)-1]); last.Time.Before(t0.Add(2 * time.Second)) {
+		t.Fatalf("the burst did not borrow: last ID at %v", last.Time)
+	}
+	issued := make(map[int64]bool, len(burst))
+	for _, id := range burst {
+		issued[id] = true
+	}
+	// g1 crashes; the worker restarts 1 s later from the stored mark.
+	g2, err := idgen.OpenSnowflake(ctx, store, l, 5, idgen.WithClock(newClock(t0.Add(time.Second)).Now), idgen.WithBorrow(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := 0
+	for range 100 {
+		id, err := g2.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if issued[id] {
+			again++
+		}
+	}
+	if again > 0 {
+		t.Fatalf("%d of 100 IDs after the restart were issued before the crash (stored mark %v)", again, store.mark)
+	}
+}
+
+// TestBorrowWaitsForReservation: a generator built WithHighWater borrows
+// only ticks below the last mark it stored; then Next waits until the clock
+// or a Checkpoint moves that mark. One built without it borrows freely.
+func TestBorrowWaitsForReservation(t *testing.T) {
+	l := idgen.Layout{Name: "seq2", TimeBits: 41, WorkerBits: 20, SequenceBits: 2}
+	const ahead = 100 * time.Millisecond
+	ctx := context.Background()
+	store := &memStore{}
+	clock := newClock(t0) // frozen
+	g, err := idgen.OpenSnowflake(ctx, store, l, 5, idgen.WithClock(clock.Now), idgen.WithBorrow(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := t0.Add(ahead); !store.mark.Equal(want) {
+		t.Fatalf("OpenSnowflake stored %v, want the reservation %v", store.mark, want)
+	}
+	// The tick at t0 and 99 borrowed ones lie below the reservation.
+	ids := make([]int64, 100*4)
+	if n, err := g.NextN(ids); err != nil || n != len(ids) {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	if p := l.Decompose(ids[len(ids)-1]); !p.Time.Equal(t0.Add(ahead-time.Millisecond)) || p.Sequence != 3 {
+		t.Fatalf("last ID below the reservation: %+v", p)
+	}
+	next := await(g.Next)
+	select {
+	case r := <-next:
+		t.Fatalf("Next borrowed at or above the stored mark %v: %+v, %v", store.mark, l.Decompose(r.v), r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The clock moves on 10 ms; a checkpoint reserves 10 ms more.
+	clock.Advance(10 * time.Millisecond)
+	if err := g.Checkpoint(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	if want := t0.Add(ahead + 10*time.Millisecond); !store.mark.Equal(want) {
+		t.Fatalf("Checkpoint stored %v, want %v", store.mark, want)
+	}
+	if r := <-next; r.err != nil || r.v != idAt(t, l, t0.Add(ahead), 5, 0) {
+		t.Fatalf("Next after the checkpoint = %+v, %v", l.Decompose(r.v), r.err)
+	}
+
+	// Without WithHighWater nothing is stored, and borrowing is not limited.
+	free := newSnowflake(t, l, 5, idgen.WithClock(newClock(t0).Now), idgen.WithBorrow(ahead))
+	if n, err := free.NextN(make([]int64, 101*4)); err != nil || n != 101*4 {
+		t.Fatalf("NextN without a store = %d, %v", n, err)
+	}
+}
+
 type failStore struct{ memStore }
 
 var errStore = errors.New("store down")

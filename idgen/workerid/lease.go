@@ -70,12 +70,11 @@ func (l *Lease) NewSnowflake(ctx context.Context, layout idgen.Layout, opts ...i
 		return nil, fmt.Errorf("%w: maximum worker ID %d does not fit the %d worker bits of layout %q",
 			ErrInvalid, l.max, width, layout.Name)
 	}
-	mark, err := l.hw.Load(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("workerid: load high-water mark: %w", err)
-	}
-	all := append([]idgen.Option{idgen.WithLease(l.lost), idgen.WithHighWater(mark)}, opts...)
-	s, err := idgen.NewSnowflake(layout, l.id, all...)
+	// OpenSnowflake starts above the stored mark and, for a borrowing
+	// generator, stores a first reservation: it borrows only below marks
+	// that the store holds.
+	all := append([]idgen.Option{idgen.WithLease(l.lost)}, opts...)
+	s, err := idgen.OpenSnowflake(ctx, l.hw, layout, l.id, all...)
 	if err != nil {
 		return nil, err
 	}
