@@ -22,10 +22,11 @@ type Lease struct {
 	checkpoint time.Duration
 	free       func(ctx context.Context) error // closes lost, stops the keeper, gives the ID back
 
-	mu       sync.Mutex // protects gens, released, stop
-	gens     []*idgen.Snowflake
+	mu       sync.Mutex // protects gen, building, released, stop
+	gen      *idgen.Snowflake
+	building bool // a NewSnowflake is under way
 	released bool
-	stop     chan struct{} // closes the checkpoint loop; nil until the first generator
+	stop     chan struct{} // closes the checkpoint loop; nil until the generator
 	wg       sync.WaitGroup
 }
 
@@ -56,12 +57,19 @@ func (l *Lease) Err() error {
 // HighWater returns the store of this worker ID's high-water mark.
 func (l *Lease) HighWater() idgen.HighWaterStore { return l.hw }
 
-// NewSnowflake returns a Snowflake for the leased worker ID that stops
-// issuing IDs (idgen.ErrLeaseLost) the moment the lease is lost, starts above
-// the worker's stored high-water mark (a clock behind it by more than the
-// generator's tolerance makes NewSnowflake fail with
+// NewSnowflake returns the Snowflake of the leased worker ID. It stops
+// issuing IDs (idgen.ErrLeaseLost) the moment the lease is lost or released,
+// starts above the worker's stored high-water mark (a clock behind it by more
+// than the generator's tolerance makes NewSnowflake fail with
 // *idgen.ClockBackwardsError), and saves its mark every checkpoint interval
-// and on Release. The lease's maximum worker ID must fit the layout.
+// and on Release. The lease's maximum worker ID must fit the layout (else an
+// error wrapping ErrInvalid).
+//
+// A lease has one generator: once NewSnowflake has succeeded, later calls
+// return ErrGeneratorExists (share the generator; it is safe for concurrent
+// use), because two generators on one worker ID would issue the same IDs in
+// the same tick. A call that fails leaves the lease free for another. After
+// Release it returns ErrReleased.
 func (l *Lease) NewSnowflake(ctx context.Context, layout idgen.Layout, opts ...idgen.Option) (*idgen.Snowflake, error) {
 	if err := layout.Validate(); err != nil {
 		return nil, err
@@ -70,25 +78,37 @@ func (l *Lease) NewSnowflake(ctx context.Context, layout idgen.Layout, opts ...i
 		return nil, fmt.Errorf("%w: maximum worker ID %d does not fit the %d worker bits of layout %q",
 			ErrInvalid, l.max, width, layout.Name)
 	}
+	l.mu.Lock()
+	switch {
+	case l.released:
+		l.mu.Unlock()
+		return nil, ErrReleased
+	case l.gen != nil || l.building:
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: worker ID %d of %q", ErrGeneratorExists, l.id, l.service)
+	}
+	l.building = true // the slot is taken while the mark is loaded
+	l.mu.Unlock()
+
 	// OpenSnowflake starts above the stored mark and, for a borrowing
 	// generator, stores a first reservation: it borrows only below marks
 	// that the store holds.
 	all := append([]idgen.Option{idgen.WithLease(l.lost)}, opts...)
 	s, err := idgen.OpenSnowflake(ctx, l.hw, layout, l.id, all...)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.building = false
 	if err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.released {
 		return nil, ErrReleased
 	}
-	l.gens = append(l.gens, s)
-	if l.stop == nil {
-		l.stop = make(chan struct{})
-		l.wg.Add(1)
-		go l.checkpoints(l.stop) // owned by the lease: Release stops and waits for it
-	}
+	l.gen = s
+	l.stop = make(chan struct{})
+	l.wg.Add(1)
+	go l.checkpoints(l.stop) // owned by the lease: Release stops and waits for it
 	return s, nil
 }
 
@@ -121,13 +141,12 @@ func (l *Lease) checkpoints(stop <-chan struct{}) {
 
 func (l *Lease) saveMarks(ctx context.Context) error {
 	l.mu.Lock()
-	gens := append([]*idgen.Snowflake(nil), l.gens...)
+	g := l.gen
 	l.mu.Unlock()
-	var errs []error
-	for _, g := range gens {
-		errs = append(errs, g.Checkpoint(ctx, l.hw))
+	if g == nil {
+		return nil
 	}
-	return errors.Join(errs...)
+	return g.Checkpoint(ctx, l.hw)
 }
 
 // Release saves the high-water marks of the lease's generators, closes Lost
