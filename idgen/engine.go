@@ -45,12 +45,21 @@ type engine struct {
 	// only, by reserved, after the store has the mark.
 	ceiling atomic.Int64
 
+	// cause is what Next returns once the generator is retired (set before
+	// the state's retired bit).
+	cause atomic.Pointer[error]
+
 	// The state gets a cache line of its own: every CAS takes the line from
 	// the other cores, and the read-only fields above must not go with it.
 	_     [64]byte
-	state atomic.Uint64 // ticks<<seqBits | sequence of the last pair issued
+	state atomic.Uint64 // retired bit | ticks<<seqBits | sequence of the last pair issued
 	_     [56]byte
 }
+
+// retiredBit is set in the state by retire. Ticks and sequence use at most
+// 63 bits, so the top bit is free; every CAS compares the whole word, so no
+// CAS started before retire can succeed after it.
+const retiredBit = 1 << 63
 
 // Wake-up strategy while waiting for a tick: sleep (a real sleep, which costs
 // no CPU) until spinMargin before the instant, then yield until it. Go's
@@ -211,6 +220,9 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 	seqMask := uint64(1)<<e.seqBits - 1
 	for {
 		old := e.state.Load()
+		if old&retiredBit != 0 {
+			return 0, 0, e.retiredErr()
+		}
 		last := int64(old >> e.seqBits)
 		seq := old & seqMask
 		cur := e.ticks(ns)
@@ -233,6 +245,9 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 			// moved on). Tell them apart with a reading taken after a load.
 			if behind := last*e.tickNs - ns; behind > e.limit {
 				old = e.state.Load()
+				if old&retiredBit != 0 {
+					return 0, 0, e.retiredErr()
+				}
 				if ns, err = e.read(); err != nil {
 					return 0, 0, err
 				}
@@ -298,14 +313,33 @@ func sleepFor(d time.Duration) {
 	yield()
 }
 
+// retire stops the engine for good: from the moment the retired bit is set,
+// no CAS of a reserve succeeds, so the high-water mark it returns lies above
+// every pair ever issued. The first cause is kept.
+func (e *engine) retire(cause error) time.Time {
+	if cause == nil {
+		cause = ErrRetired
+	}
+	e.cause.CompareAndSwap(nil, &cause) // before the bit: readers of the bit see it
+	e.state.Or(retiredBit)
+	return e.highWater()
+}
+
+func (e *engine) retiredErr() error {
+	if e.isLost() {
+		return ErrLeaseLost
+	}
+	return *e.cause.Load()
+}
+
 // reservation returns the mark a checkpoint stores: the high-water mark or,
 // for a borrowing generator, the later of it and the clock plus the borrow
 // (capped at the end of the time bits), which leaves room to borrow until
 // the clock gets near it.
 func (e *engine) reservation() time.Time {
 	hw := e.highWater()
-	if e.borrow == 0 {
-		return hw
+	if e.borrow == 0 || e.state.Load()&retiredBit != 0 {
+		return hw // nothing more will be borrowed
 	}
 	ns, err := e.read()
 	if err != nil {
@@ -346,6 +380,6 @@ func (e *engine) checkpoint(ctx context.Context, store HighWaterStore) error {
 // highWater returns the instant before which every pair issued so far lies:
 // the end of the last tick issued.
 func (e *engine) highWater() time.Time {
-	last := int64(e.state.Load() >> e.seqBits)
+	last := int64((e.state.Load() &^ retiredBit) >> e.seqBits)
 	return time.Unix(0, e.epochNs+(last+1)*e.tickNs).UTC()
 }

@@ -114,6 +114,16 @@ func (s *Snowflake) Decompose(id int64) Parts { return s.spec.decompose(id) }
 // a restart on a clock that was set back.
 func (s *Snowflake) HighWater() time.Time { return s.e.highWater() }
 
+// Retire stops the generator for good and returns its final high-water mark.
+// From the moment it is called, Next, NextN and callers waiting inside them
+// return cause (ErrRetired if cause is nil; ErrLeaseLost once a WithLease
+// channel is closed), and every ID the generator ever returned lies before the
+// mark it returns, which HighWater returns from then on: an ID being issued
+// concurrently either made it in before, below the mark, or fails. Store the
+// mark (Checkpoint) before the worker number goes to another generator. The
+// first cause is kept; it is safe for concurrent use.
+func (s *Snowflake) Retire(cause error) time.Time { return s.e.retire(cause) }
+
 // HighWaterStore persists a worker's high-water mark, the instant before which
 // every ID the worker issued lies, so that its next generator resumes above it.
 // Implementations (Redis, ZooKeeper, a file) key it by layout and worker; Store

@@ -591,6 +591,78 @@ func TestLease(t *testing.T) {
 	}
 }
 
+// TestRetire: after Retire no ID is issued above the mark it returns, even by
+// goroutines racing it, and Next returns the cause.
+func TestRetire(t *testing.T) {
+	l := idgen.Layout{Name: "seq2", TimeBits: 41, WorkerBits: 20, SequenceBits: 2}
+	clock := newClock(t0)
+	clock.SetStep(time.Millisecond) // every reading a tick later
+	g := newSnowflake(t, l, 1, idgen.WithClock(clock.Now), idgen.WithBorrow(time.Second))
+	cause := errors.New("worker handed over")
+	var wg sync.WaitGroup
+	ids := make([][]int64, 4)
+	errs := make([]error, 4)
+	for i := range ids {
+		wg.Go(func() {
+			for {
+				id, err := g.Next()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				ids[i] = append(ids[i], id)
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	mark := g.Retire(cause)
+	wg.Wait()
+	for i := range ids {
+		if !errors.Is(errs[i], cause) {
+			t.Errorf("goroutine %d ended with %v, want the cause", i, errs[i])
+		}
+		for _, id := range ids[i] {
+			if p := l.Decompose(id); !p.Time.Before(mark) {
+				t.Fatalf("ID at %v issued, not before the mark %v", p.Time, mark)
+			}
+		}
+	}
+	if !g.HighWater().Equal(mark) || !g.Retire(nil).Equal(mark) {
+		t.Fatalf("HighWater %v after Retire, want %v", g.HighWater(), mark)
+	}
+	if _, err := g.Next(); !errors.Is(err, cause) {
+		t.Fatalf("Next after a second Retire: %v, want the first cause", err)
+	}
+	// A retired generator's checkpoint is its mark, with no reservation.
+	store := &memStore{}
+	if err := g.Checkpoint(context.Background(), store); err != nil || !store.mark.Equal(mark) {
+		t.Fatalf("Checkpoint stored %v, %v; want %v", store.mark, err, mark)
+	}
+
+	t.Run("waiting caller", func(t *testing.T) {
+		g := newSnowflake(t, l, 1, idgen.WithClock(newClock(t0).Now)) // frozen
+		if n, err := g.NextN(make([]int64, 4)); err != nil || n != 4 {
+			t.Fatalf("NextN = %d, %v", n, err)
+		}
+		next := await(g.Next) // waits for the next tick
+		time.Sleep(5 * time.Millisecond)
+		g.Retire(nil)
+		if r := <-next; !errors.Is(r.err, idgen.ErrRetired) {
+			t.Fatalf("waiting Next = %v, %v; want ErrRetired", r.v, r.err)
+		}
+	})
+
+	t.Run("lease lost", func(t *testing.T) {
+		lost := make(chan struct{})
+		g := newSnowflake(t, l, 1, idgen.WithClock(newClock(t0).Now), idgen.WithLease(lost))
+		g.Retire(nil)
+		close(lost)
+		if _, err := g.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
+			t.Fatalf("Next = %v, want ErrLeaseLost", err)
+		}
+	})
+}
+
 func TestNextNMatchesNext(t *testing.T) {
 	l := idgen.Layout{Name: "seq4", TimeBits: 41, WorkerBits: 18, SequenceBits: 4}
 	c1, c2 := newClock(t0), newClock(t0)

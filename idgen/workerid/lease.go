@@ -20,7 +20,7 @@ type Lease struct {
 	cause      func() error
 	hw         idgen.HighWaterStore
 	checkpoint time.Duration
-	free       func(ctx context.Context) error // closes lost, stops the keeper, gives the ID back
+	free       func(ctx context.Context) error // closes lost, stops the keeper, gives the ID back; after the final mark
 
 	mu       sync.Mutex // protects gen, building, released, stop
 	gen      *idgen.Snowflake
@@ -39,8 +39,12 @@ func (l *Lease) ID() int64 { return l.id }
 // Lost returns a channel that is closed once the ID is no longer held by
 // this process: lost (Redis: a renewal answered "not held", or renewals kept
 // failing; ZooKeeper: the session expired, or was in doubt for too long) or
-// given back by Release. Generators made by NewSnowflake stop issuing at
-// that moment, before the ID can be leased by another process.
+// given back by Release. The generator made by NewSnowflake stops issuing at
+// that moment, before the ID can be leased by another process (on Release,
+// already before the final mark is stored), and after a loss its final mark
+// is stored in the background (retried for up to 10 s), so that the ID's
+// next holder starts above it if the store answers before that holder loads
+// the mark.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Err returns why the lease ended (ErrReleased after Release), or nil while
@@ -61,9 +65,9 @@ func (l *Lease) HighWater() idgen.HighWaterStore { return l.hw }
 // issuing IDs (idgen.ErrLeaseLost) the moment the lease is lost or released,
 // starts above the worker's stored high-water mark (a clock behind it by more
 // than the generator's tolerance makes NewSnowflake fail with
-// *idgen.ClockBackwardsError), and saves its mark every checkpoint interval
-// and on Release. The lease's maximum worker ID must fit the layout (else an
-// error wrapping ErrInvalid).
+// *idgen.ClockBackwardsError), and saves its mark every checkpoint interval,
+// after a loss and on Release. The lease's maximum worker ID must fit the
+// layout (else an error wrapping ErrInvalid).
 //
 // A lease has one generator: once NewSnowflake has succeeded, later calls
 // return ErrGeneratorExists (share the generator; it is safe for concurrent
@@ -121,6 +125,16 @@ func workerWidth(l idgen.Layout) int {
 	return l.WorkerBits
 }
 
+// errReleased is what the generator of a released lease returns.
+var errReleased = fmt.Errorf("%w (%w)", idgen.ErrLeaseLost, ErrReleased)
+
+// Bounds of the final save after a loss: retried every finalRetry until it
+// succeeds, finalFor has passed, or Release takes over.
+const (
+	finalFor   = 10 * time.Second
+	finalRetry = 100 * time.Millisecond
+)
+
 func (l *Lease) checkpoints(stop <-chan struct{}) {
 	defer l.wg.Done()
 	t := time.NewTicker(l.checkpoint)
@@ -130,11 +144,41 @@ func (l *Lease) checkpoints(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-l.lost:
-			return // no mark may be written for an ID that is no longer ours
+			l.finalMark(stop)
+			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), l.checkpoint)
 			l.saveMarks(ctx) // a failed save is retried at the next tick
 			cancel()
+		}
+	}
+}
+
+// finalMark runs once the lease is lost: the generator already refuses to
+// issue (its lease channel is closed); Retire makes its mark final, and the
+// mark is stored, so that the ID's next holder starts above everything this
+// one issued, borrowed ticks included. Writing after the ID may be someone
+// else's is safe: a store only ever raises a mark.
+func (l *Lease) finalMark(stop <-chan struct{}) {
+	l.mu.Lock()
+	g := l.gen
+	l.mu.Unlock()
+	g.Retire(idgen.ErrLeaseLost)
+	deadline := time.Now().Add(finalFor)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := g.Checkpoint(ctx, l.hw)
+		cancel()
+		if err == nil || !time.Now().Before(deadline) {
+			return
+		}
+		retry.Reset(finalRetry)
+		select {
+		case <-stop:
+			return // Release saves the mark itself
+		case <-retry.C:
 		}
 	}
 }
@@ -149,11 +193,15 @@ func (l *Lease) saveMarks(ctx context.Context) error {
 	return g.Checkpoint(ctx, l.hw)
 }
 
-// Release saves the high-water marks of the lease's generators, closes Lost
-// (so the generators stop issuing), stops keeping the lease and gives the ID
-// back, so another process can lease it. It returns ErrReleased if called
-// twice, and the error of saving or freeing otherwise (the ID is then freed
-// by its TTL or session end).
+// Release gives the ID back, in this order: it stops the lease's generator
+// for good (Next returns an error matching idgen.ErrLeaseLost and
+// ErrReleased, and no ID is issued above its final mark), stores that final
+// mark, then closes Lost, stops keeping the lease and frees the ID, so that
+// another process can lease it and start above the mark. The mark is stored
+// also after the lease was lost (a store only raises a mark). It returns
+// ErrReleased if called twice, and the error of saving or freeing otherwise:
+// the ID is freed even when the save failed (or, when freeing failed, by its
+// TTL or session end).
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
@@ -161,17 +209,15 @@ func (l *Lease) Release(ctx context.Context) error {
 		return ErrReleased
 	}
 	l.released = true
-	stop := l.stop
+	g, stop := l.gen, l.stop
 	l.mu.Unlock()
+	if g != nil {
+		g.Retire(errReleased) // 1. no ID above the mark from here on
+	}
 	if stop != nil {
 		close(stop)
 	}
-	l.wg.Wait()
-	var saveErr error
-	select {
-	case <-l.lost:
-	default:
-		saveErr = l.saveMarks(ctx)
-	}
-	return errors.Join(saveErr, l.free(ctx))
+	l.wg.Wait()                              // the checkpoint loop (or a final save after a loss) is over
+	saveErr := l.saveMarks(ctx)              // 2. the final mark
+	return errors.Join(saveErr, l.free(ctx)) // 3. Lost closes, the ID is freed
 }

@@ -169,3 +169,175 @@ func TestLeaseFailedNewSnowflakeDoesNotCount(t *testing.T) {
 		})
 	}
 }
+
+// issueUntilError takes IDs from sf until Next fails, and returns them with
+// the error; started is closed after the first 100.
+func issueUntilError(sf *idgen.Snowflake, started chan<- struct{}) <-chan issued {
+	done := make(chan issued, 1)
+	go func() {
+		var r issued
+		for {
+			id, err := sf.Next()
+			if err != nil {
+				r.err = err
+				done <- r
+				return
+			}
+			r.ids = append(r.ids, id)
+			if len(r.ids) == 100 {
+				close(started)
+			}
+		}
+	}()
+	return done
+}
+
+type issued struct {
+	ids []int64
+	err error
+}
+
+// reissued takes IDs from sf until one is above every ID in before, and
+// counts those that were in before.
+func reissued(t *testing.T, sf *idgen.Snowflake, before []int64) int {
+	t.Helper()
+	seen := make(map[int64]bool, len(before))
+	last := int64(0)
+	for _, id := range before {
+		seen[id] = true
+		last = max(last, id)
+	}
+	again := 0
+	for {
+		id, err := sf.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[id] {
+			again++
+		}
+		if id > last {
+			return again
+		}
+	}
+}
+
+// TestLeaseReleaseStopsGeneratorBeforeSavingMark is issue 15, item 4: Release
+// must stop the generator, then save its mark, then free the ID, so that the
+// ID's next holder, starting at the saved mark, issues nothing the first
+// holder issued, even with a clock that runs ahead while the save is slow.
+func TestLeaseReleaseStopsGeneratorBeforeSavingMark(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			open := b.start(t)
+			ca := open()
+			a, err := ca.Lease(ctx, "svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every reading of A's clock is a millisecond later: each ID
+			// starts a tick, and IDs issued during the save run ahead of it.
+			clock := &stepClock{t: time.Now().Truncate(time.Millisecond), step: time.Millisecond}
+			sf, err := a.NewSnowflake(ctx, idgen.LayoutWorker10, idgen.WithClock(clock.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{})
+			done := issueUntilError(sf, started)
+			<-started
+			ca.delay(20 * time.Millisecond) // the save and the release take a while
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if !errors.Is(r.err, idgen.ErrLeaseLost) {
+				t.Fatalf("Next during Release: %v, want ErrLeaseLost", r.err)
+			}
+
+			b, err := open().Lease(ctx, "svc")
+			if err != nil || b.ID() != a.ID() {
+				t.Fatalf("re-lease: %v, %v", b, err)
+			}
+			release(t, b)
+			mark, err := b.HighWater().Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sfB, err := b.NewSnowflake(ctx, idgen.LayoutWorker10, idgen.WithClock((&stepClock{t: mark, step: time.Millisecond}).Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := reissued(t, sfB, r.ids); n > 0 {
+				last := idgen.LayoutWorker10.Decompose(r.ids[len(r.ids)-1]).Time
+				t.Fatalf("%d IDs issued by both holders of worker %d: the first issued %d, the last at %v, above the saved mark %v",
+					n, a.ID(), len(r.ids), last, mark)
+			}
+		})
+	}
+}
+
+// TestLeaseLossWritesFinalMark is issue 15, item 4: after a loss the lease
+// stops its generator and stores its final mark (Store only raises a mark,
+// so this cannot lower a successor's), so that a successor whose clock is
+// behind the lost holder's last ID, within its borrow, starts above it.
+func TestLeaseLossWritesFinalMark(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			open := b.start(t)
+			// No periodic checkpoint; Redis renews every 300 ms (ZooKeeper
+			// ignores the TTL).
+			opts := []workerid.Option{workerid.WithCheckpoint(time.Hour), workerid.WithTTL(900 * time.Millisecond)}
+			ca := open(opts...)
+			a, err := ca.Lease(ctx, "svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			release(t, a)
+			t1 := time.Now().Truncate(time.Millisecond)
+			sf, err := a.NewSnowflake(ctx, idgen.LayoutWorker10, idgen.WithClock((&stepClock{t: t1, step: time.Millisecond}).Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []int64
+			for range 100 { // at t1 .. t1+99ms
+				id, err := sf.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			ca.lose(t, a)
+			waitLost(t, a, 10*time.Second)
+			if _, err := sf.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
+				t.Fatalf("Next after the loss: %v", err)
+			}
+			want := sf.HighWater()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				mark, err := a.HighWater().Load(ctx)
+				if err == nil && !mark.Before(want) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no final mark after the loss: stored %v (%v), the generator's is %v", mark, err, want)
+				}
+			}
+
+			b, err := open(opts...).Lease(ctx, "svc")
+			if err != nil || b.ID() != a.ID() {
+				t.Fatalf("re-lease: %v, %v", b, err)
+			}
+			release(t, b)
+			// The successor's clock reads t1: behind the lost holder's last
+			// ID by 99 ms, within its borrow.
+			sfB, err := b.NewSnowflake(ctx, idgen.LayoutWorker10, idgen.WithClock((&stepClock{t: t1, step: time.Millisecond}).Now), idgen.WithBorrow(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := reissued(t, sfB, ids); n > 0 {
+				t.Fatalf("the successor reissued %d of the lost holder's %d IDs", n, len(ids))
+			}
+		})
+	}
+}
