@@ -56,4 +56,36 @@
 // at once if the key was deleted; ZooKeeper when the session expires); when
 // the store is unreachable, only the last checkpoint and the clock protect
 // the IDs issued since.
+//
+// # Failover and data loss (Redis)
+//
+// A Redis lease is exclusive only while the server keeps its key. A restart
+// without persistence, a restart from an older RDB (in which the key's TTL
+// has run out), the lost tail of an AOF, or a failover to a replica that
+// missed the key drops it while its holder runs. A second process can then
+// lease the same ID at once, and the first keeps issuing IDs until its next
+// renewal answers "not held": at most TTL/3 after its last renewal, plus the
+// retries while the server is down, and never later than 90 % of the TTL
+// after the last renewal that succeeded. During that overlap both issue IDs
+// on one worker ID. What the high-water mark does then:
+//
+//   - The newcomer starts above the mark the server kept (restarted or
+//     failed-over data keeps the mark, which has no TTL, at its older
+//     value). IDs the first holder issues below that mark never repeat.
+//   - Without borrowing the kept mark lies behind the first holder's clock:
+//     both issue in the same ticks, and the same IDs can come out of both.
+//     If the mark was lost too (a restart without data), the newcomer starts
+//     from its clock alone, and on clocks that agree it issues the same IDs.
+//     Nothing in this package prevents that.
+//   - With idgen.WithBorrow(ahead), the kept mark is a reservation ahead past
+//     the clock at the time it was stored: the newcomer starts above it, and
+//     while the first holder's clock has not reached it and the first holder
+//     did not borrow above it (under a later reservation that was lost),
+//     nothing repeats. That holds when the data lost spans less than ahead
+//     minus the overlap.
+//
+// TestRedisFailoverDropsLease shows both cases on a real redis-server. Where
+// IDs must stay unique across a Redis failover, use the ZooKeeper leaser,
+// whose nodes and marks are written to a quorum, or borrow well ahead of the
+// replication lag plus TTL/3.
 package workerid
