@@ -113,18 +113,22 @@
 //   - every ID issued before that Checkpoint;
 //   - every ID borrowed ahead of the clock since (it lies below the mark);
 //   - every ID issued since at a tick the clock had reached, as long as the
-//     new generator's clock is not behind the old one's by more than the time
-//     since that Checkpoint: the clock itself is all that covers these.
+//     new generator's clock at the restart is not behind the old one's at the
+//     crash (a clock stepped back by more than the time since that
+//     Checkpoint is): the clock itself is all that covers these.
 //
-// A generator built WithBorrow without WithHighWater borrows freely, and
-// what it borrowed since its last Checkpoint does not survive a crash. A
-// generator restarted from a reservation whose clock is behind it by more
-// than its own tolerance (or borrow) fails with *ClockBackwardsError until
-// its clock nears the mark: restart a borrowing worker with the same borrow.
-// A Checkpoint after the last ID (at shutdown) covers everything. Stores
-// backed by Redis and ZooKeeper come with worker leasing, in another package;
-// WithLease makes a generator return ErrLeaseLost once its lease's channel
-// closes.
+// A generator built WithBorrow without WithHighWater borrows freely, and what
+// it borrowed since its last Checkpoint does not survive a crash. A generator
+// restarted from a reservation whose clock is behind it by more than its own
+// tolerance (or borrow) fails with *ClockBackwardsError until its clock nears
+// the mark: restart a borrowing worker with the same borrow.
+//
+// Snowflake.Retire stops a generator for good and returns its final mark: no
+// ID is issued above it from then on, so a Checkpoint after Retire (at
+// shutdown, or before the worker number goes elsewhere) covers everything the
+// generator issued. Stores backed by Redis and ZooKeeper come with worker
+// leasing, in another package; WithLease makes a generator return
+// ErrLeaseLost once its lease's channel closes.
 //
 // # Other IDs
 //
@@ -159,6 +163,7 @@
 //
 // Use a database sequence when IDs must be gap-free (Snowflake IDs skip
 // freely). Do not run two generators with one worker number: nothing here can
-// detect that. Expose Snowflake IDs only where revealing the issue time and
+// detect that (a worker-ID lease of the other package hands out one
+// generator per lease). Expose Snowflake IDs only where revealing the issue time and
 // the rate is acceptable; use NewUUIDv4 for unguessable IDs.
 package idgen
