@@ -50,7 +50,7 @@ type engine struct {
 	cause atomic.Pointer[error]
 
 	// The state gets a cache line of its own: every CAS takes the line from
-	// the other cores, and the read-only fields above must not go with it.
+	// the other cores, and the read-mostly fields above must not go with it.
 	_     [64]byte
 	state atomic.Uint64 // retired bit | ticks<<seqBits | sequence of the last pair issued
 	_     [56]byte
