@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,9 +69,12 @@ func backends() []backend {
 			}
 		}},
 		{"zookeeper", func(t *testing.T) func(opts ...workerid.Option) conn {
+			// A root of each run's own: marks stored by an earlier run
+			// (-count=N) must not move this one's generators.
+			root := fmt.Sprintf("/test/%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), zkRun.Add(1))
 			return func(opts ...workerid.Option) conn {
 				t.Helper()
-				l, c := zkLeaser(t, opts...)
+				l, c := zkLeaser(t, append(opts[:len(opts):len(opts)], workerid.WithRoot(root))...)
 				return conn{
 					leaser: l,
 					delay: func(d time.Duration) {
@@ -88,6 +93,9 @@ func backends() []backend {
 		}},
 	}
 }
+
+// zkRun numbers the ZooKeeper backends started by this test binary.
+var zkRun atomic.Int64
 
 // stepClock is a wall clock that moves on by step at every reading.
 type stepClock struct {
