@@ -17,7 +17,8 @@
 //   - ZooKeeper: under a zklock lock on the service, an ephemeral node
 //     <root>/<service>/ids/<id> (root "/coordkit/workers" by default). The
 //     lease is lost when the node is gone or belongs to another session, or
-//     when it could not be confirmed for half the session timeout.
+//     when a heartbeat could not confirm it in time, before the server can
+//     expire the session (ZKLeaser's comment gives the windows).
 //
 // Lost closes when the lease ends; Err says why.
 //
