@@ -12,7 +12,11 @@
 //	0 | time (41) | worker (10, or datacenter + machine) | sequence (12)
 //
 // A Layout sets the bit counts, the epoch, the tick and the order of the
-// fields; NewSnowflake(layout, worker) returns a generator. The presets:
+// fields; NewSnowflake(layout, worker) returns a generator. Layout.Validate
+// and NewSnowflake reject (ErrInvalidLayout) an epoch before 1970-01-01 UTC:
+// a generator counts nanoseconds since its epoch in an int64, which holds 292
+// years, and an earlier epoch overflows it for clock readings before 2262
+// (for today's clock, any epoch before about 1733). The presets:
 //
 //	preset             bits: time/worker/seq  tick   epoch                     IDs/s per worker  workers  time bits run out
 //	LayoutTwitter      41 / 5+5 / 12          1 ms   2010-11-04T01:42:54.657Z  4,096,000         32 × 32  2080-07-10
@@ -69,14 +73,18 @@
 //     ticks when a tick's sequence runs out), and a burst above the rate
 //     borrows later ticks instead of waiting. Trade-off: IDs' times may be up
 //     to ahead early, and a worker restarted within ahead of a burst must
-//     start from a high-water mark. Bound: MaxBorrow (1 minute).
-//   - WithLogicalClock(maxLead): the generator keeps its own clock, the wall
-//     time read at start plus the elapsed time on Go's monotonic clock (which
-//     steps never move), and uses the wall clock only when it is ahead. A step
-//     back is ignored: IDs keep flowing at the full rate, with times that lead
-//     the wall clock by the size of the step, until the lead passes maxLead
-//     and Next returns *ClockBackwardsError. Trade-off: IDs' times stay off by
-//     the step for the life of the generator, and a restart reads the stepped
+//     start from a high-water mark that covers what it borrowed (see
+//     High-water mark: a generator built from a store borrows only below
+//     the mark it stored). Bound: MaxBorrow (1 minute).
+//   - WithLogicalClock(maxLead): the generator keeps its own clock, which
+//     runs on Go's monotonic clock (which steps never move) from the wall time
+//     read at start, and jumps forward to the wall clock whenever that is
+//     ahead, for good. A step back is ignored, also one that undoes an
+//     earlier step forward: IDs keep flowing at the full rate, with times that
+//     lead the wall clock by the size of the step, until the lead passes
+//     maxLead and Next returns *ClockBackwardsError (Behind is the lead).
+//     Trade-off: IDs' times stay off by the step until the wall clock catches
+//     up (or for the life of the generator), and a restart reads the stepped
 //     wall clock again, so it needs a high-water mark. Bound: MaxLogicalLead
 //     (24 hours).
 //
@@ -87,15 +95,40 @@
 // # High-water mark
 //
 // Snowflake.HighWater is an instant before which all IDs issued so far lie.
-// Saved through a HighWaterStore (Snowflake.Checkpoint, periodically and at
-// shutdown) and handed to the worker's next generator (OpenSnowflake, or
-// WithHighWater), it makes that generator start above it, and fail with
-// *ClockBackwardsError when its clock is behind it beyond the tolerance: a
-// restart after a clock rollback is detected instead of reissuing IDs. IDs
-// issued after the last checkpoint are protected only if the clock did not
-// step back by more than the time since that checkpoint. Stores backed by
-// Redis and ZooKeeper come with worker leasing, in another package; WithLease
-// makes a generator return ErrLeaseLost once its lease's channel closes.
+// Snowflake.Checkpoint saves a mark through a HighWaterStore, periodically
+// and at shutdown: HighWater, or for a generator built WithBorrow(ahead) a
+// reservation, the later of HighWater and its clock plus ahead. Handed to the
+// worker's next generator (OpenSnowflake, or WithHighWater), the mark makes
+// that generator start above it, and fail with *ClockBackwardsError when its
+// clock is behind it by more than its tolerance (or borrow): a restart after
+// a clock rollback is detected instead of reissuing IDs. A generator built
+// WithHighWater (OpenSnowflake builds them so, and stores a first
+// reservation at once when it borrows) borrows ticks ahead of its clock only
+// below the last mark it stored; once they are used up, Next waits for the
+// clock or the next Checkpoint.
+//
+// What survives a crash, for a generator restarted from the last mark its
+// predecessor stored (with WithHighWater, or OpenSnowflake, on both):
+//
+//   - every ID issued before that Checkpoint;
+//   - every ID borrowed ahead of the clock since (it lies below the mark);
+//   - every ID issued since at a tick the clock had reached, as long as the
+//     new generator's clock at the restart is not behind the old one's at the
+//     crash (a clock stepped back by more than the time since that
+//     Checkpoint is): the clock itself is all that covers these.
+//
+// A generator built WithBorrow without WithHighWater borrows freely, and what
+// it borrowed since its last Checkpoint does not survive a crash. A generator
+// restarted from a reservation whose clock is behind it by more than its own
+// tolerance (or borrow) fails with *ClockBackwardsError until its clock nears
+// the mark: restart a borrowing worker with the same borrow.
+//
+// Snowflake.Retire stops a generator for good and returns its final mark: no
+// ID is issued above it from then on, so a Checkpoint after Retire (at
+// shutdown, or before the worker number goes elsewhere) covers everything the
+// generator issued. Stores backed by Redis and ZooKeeper come with worker
+// leasing, in another package; WithLease makes a generator return
+// ErrLeaseLost once its lease's channel closes.
 //
 // # Other IDs
 //
@@ -130,6 +163,7 @@
 //
 // Use a database sequence when IDs must be gap-free (Snowflake IDs skip
 // freely). Do not run two generators with one worker number: nothing here can
-// detect that. Expose Snowflake IDs only where revealing the issue time and
+// detect that (a worker-ID lease of the other package hands out one
+// generator per lease). Expose Snowflake IDs only where revealing the issue time and
 // the rate is acceptable; use NewUUIDv4 for unguessable IDs.
 package idgen

@@ -1,6 +1,8 @@
 package idgen
 
 import (
+	"context"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -26,18 +28,38 @@ type engine struct {
 
 	logical bool
 	maxLead int64
-	start   time.Time // clock reading at construction (logical clock anchor)
-	startNs int64     // start, in ns since the epoch
+	start   time.Time // clock reading at construction (origin of the elapsed time)
 	elapsed func() time.Duration
+	// offset is the logical clock minus the elapsed time, in ns since the
+	// epoch: the largest wall-minus-elapsed reading seen, so the logical
+	// clock follows the wall clock forward and never back. It is written
+	// only when the wall clock gets ahead of the logical clock.
+	offset atomic.Int64
 
 	lost <-chan struct{}
 
+	// ceiling is the first tick a borrow may not reach: for a generator built
+	// WithHighWater, the tick of the last mark stored (the mark it started
+	// from, then each Checkpoint's reservation), so that a restart from the
+	// store starts above every borrowed ID; math.MaxInt64 otherwise. Raised
+	// only, by reserved, after the store has the mark.
+	ceiling atomic.Int64
+
+	// cause is what Next returns once the generator is retired (set before
+	// the state's retired bit).
+	cause atomic.Pointer[error]
+
 	// The state gets a cache line of its own: every CAS takes the line from
-	// the other cores, and the read-only fields above must not go with it.
+	// the other cores, and the read-mostly fields above must not go with it.
 	_     [64]byte
-	state atomic.Uint64 // ticks<<seqBits | sequence of the last pair issued
+	state atomic.Uint64 // retired bit | ticks<<seqBits | sequence of the last pair issued
 	_     [56]byte
 }
+
+// retiredBit is set in the state by retire. Ticks and sequence use at most
+// 63 bits, so the top bit is free; every CAS compares the whole word, so no
+// CAS started before retire can succeed after it.
+const retiredBit = 1 << 63
 
 // Wake-up strategy while waiting for a tick: sleep (a real sleep, which costs
 // no CPU) until spinMargin before the instant, then yield until it. Go's
@@ -71,13 +93,25 @@ func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o o
 	}
 	e.limit = max(int64(o.tolerance), e.borrow)
 	e.start = e.now()
-	e.startNs = e.start.UnixNano() - epochNs
-	if !o.highWater.IsZero() {
+	e.offset.Store(e.start.UnixNano() - epochNs)
+	e.ceiling.Store(math.MaxInt64)
+	if o.persistent {
+		e.ceiling.Store(0)
+	}
+	if end := time.Unix(0, epochNs+maxTicks*tickNs); !o.highWater.Before(end) {
+		// Compared as times: a mark after 2262 has no UnixNano, and one that
+		// wrapped around to an early instant would be ignored.
+		return nil, ErrTimeExhausted
+	}
+	if o.highWater.After(time.Unix(0, epochNs)) {
 		// Resume above the mark: pretend the tick before it is used up.
 		markNs := o.highWater.UnixNano() - epochNs
 		first := ceilDiv(markNs, tickNs)
 		if first >= maxTicks {
 			return nil, ErrTimeExhausted
+		}
+		if o.persistent {
+			e.ceiling.Store(first) // the store has this mark
 		}
 		if first > 0 {
 			e.state.Store(uint64(first-1)<<seqBits | seqMax)
@@ -115,17 +149,26 @@ func (e *engine) read() (int64, error) {
 	return ns, nil
 }
 
-// logicalTime returns the later of the wall time ns and the logical time
-// (start plus monotonic elapsed time), or an error if the logical time leads
-// by more than maxLead.
+// logicalTime returns the logical time for the wall time ns read at t, or an
+// error if it leads ns by more than maxLead. The logical clock is the offset
+// plus the monotonic elapsed time; a wall clock ahead of it raises the offset
+// for good (a step forward is followed), so a later step back, even one that
+// only undoes that step, leaves the logical clock where it was and shows as a
+// lead instead of a clock behind the IDs already issued.
 func (e *engine) logicalTime(t time.Time, ns int64) (int64, error) {
-	var el time.Duration
+	var el int64
 	if e.elapsed != nil {
-		el = e.elapsed()
+		el = int64(e.elapsed())
 	} else {
-		el = t.Sub(e.start)
+		el = int64(t.Sub(e.start))
 	}
-	if l := e.startNs + int64(el); l > ns {
+	off := e.offset.Load()
+	for d := ns - el; d > off; off = e.offset.Load() {
+		if e.offset.CompareAndSwap(off, d) {
+			return ns, nil
+		}
+	}
+	if l := off + el; l > ns {
 		if l-ns > e.maxLead {
 			return 0, &ClockBackwardsError{Behind: time.Duration(l - ns), Limit: time.Duration(e.maxLead)}
 		}
@@ -177,6 +220,9 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 	seqMask := uint64(1)<<e.seqBits - 1
 	for {
 		old := e.state.Load()
+		if old&retiredBit != 0 {
+			return 0, 0, e.retiredErr()
+		}
 		last := int64(old >> e.seqBits)
 		seq := old & seqMask
 		cur := e.ticks(ns)
@@ -199,6 +245,9 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 			// moved on). Tell them apart with a reading taken after a load.
 			if behind := last*e.tickNs - ns; behind > e.limit {
 				old = e.state.Load()
+				if old&retiredBit != 0 {
+					return 0, 0, e.retiredErr()
+				}
 				if ns, err = e.read(); err != nil {
 					return 0, 0, err
 				}
@@ -223,7 +272,7 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 			return 0, 0, ErrTimeExhausted
 		}
 		wait := next*e.tickNs - ns // until the clock reaches the next tick
-		if wait <= e.borrow {
+		if wait <= e.borrow && next < e.ceiling.Load() {
 			k = min(n, e.seqMax+1)
 			hi = uint64(next)<<e.seqBits | (k - 1)
 			if e.state.CompareAndSwap(old, hi) {
@@ -234,13 +283,19 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 		if e.isLost() {
 			return 0, 0, ErrLeaseLost
 		}
-		d := time.Duration(min(wait-e.borrow, int64(maxNap)))
+		d := wait - e.borrow // until the tick is within the borrow
+		if d <= 0 {
+			// Within the borrow but not below the ceiling: wait for the
+			// clock to reach the tick, or for a Checkpoint to raise it.
+			d = wait
+		}
+		d = min(d, int64(maxNap))
 		if e.tickNs >= int64(coarseTick) {
 			// Go's timer wakes up to ~1 ms late; a long tick has room for
 			// that, and time.Sleep parks the goroutine, not a thread.
-			time.Sleep(d)
+			time.Sleep(time.Duration(d))
 		} else {
-			sleepFor(d)
+			sleepFor(time.Duration(d))
 		}
 		if ns, err = e.read(); err != nil {
 			return 0, 0, err
@@ -258,9 +313,73 @@ func sleepFor(d time.Duration) {
 	yield()
 }
 
+// retire stops the engine for good: from the moment the retired bit is set,
+// no CAS of a reserve succeeds, so the high-water mark it returns lies above
+// every pair ever issued. The first cause is kept.
+func (e *engine) retire(cause error) time.Time {
+	if cause == nil {
+		cause = ErrRetired
+	}
+	e.cause.CompareAndSwap(nil, &cause) // before the bit: readers of the bit see it
+	e.state.Or(retiredBit)
+	return e.highWater()
+}
+
+func (e *engine) retiredErr() error {
+	if e.isLost() {
+		return ErrLeaseLost
+	}
+	return *e.cause.Load()
+}
+
+// reservation returns the mark a checkpoint stores: the high-water mark or,
+// for a borrowing generator, the later of it and the clock plus the borrow
+// (capped at the end of the time bits), which leaves room to borrow until
+// the clock gets near it.
+func (e *engine) reservation() time.Time {
+	hw := e.highWater()
+	if e.borrow == 0 || e.state.Load()&retiredBit != 0 {
+		return hw // nothing more will be borrowed
+	}
+	ns, err := e.read()
+	if err != nil {
+		return hw // a logical clock beyond its lead: no room is reserved
+	}
+	r := min(ns+e.borrow, e.maxTicks*e.tickNs)
+	if t := time.Unix(0, e.epochNs+r).UTC(); t.After(hw) {
+		return t
+	}
+	return hw
+}
+
+// reserved raises the ceiling of a generator built WithHighWater to mark,
+// which the store now holds.
+func (e *engine) reserved(mark time.Time) {
+	if e.ceiling.Load() == math.MaxInt64 {
+		return // not built WithHighWater: borrowing is not limited
+	}
+	c := ceilDiv(mark.UnixNano()-e.epochNs, e.tickNs)
+	for old := e.ceiling.Load(); c > old; old = e.ceiling.Load() {
+		if e.ceiling.CompareAndSwap(old, c) {
+			return
+		}
+	}
+}
+
+// checkpoint stores the generator's reservation in store, then lets it
+// borrow up to it.
+func (e *engine) checkpoint(ctx context.Context, store HighWaterStore) error {
+	mark := e.reservation()
+	if err := store.Store(ctx, mark); err != nil {
+		return err
+	}
+	e.reserved(mark)
+	return nil
+}
+
 // highWater returns the instant before which every pair issued so far lies:
 // the end of the last tick issued.
 func (e *engine) highWater() time.Time {
-	last := int64(e.state.Load() >> e.seqBits)
+	last := int64((e.state.Load() &^ retiredBit) >> e.seqBits)
 	return time.Unix(0, e.epochNs+(last+1)*e.tickNs).UTC()
 }

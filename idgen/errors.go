@@ -31,6 +31,10 @@ var (
 	// channel is closed: its worker number may now belong to someone else.
 	ErrLeaseLost = errors.New("idgen: worker lease lost")
 
+	// ErrRetired is returned by a generator after Retire (unless Retire was
+	// given another cause).
+	ErrRetired = errors.New("idgen: generator retired")
+
 	// ErrInvalidOption is returned (wrapped) by constructors given an option
 	// value outside its documented range.
 	ErrInvalidOption = errors.New("idgen: invalid option")

@@ -66,7 +66,10 @@ type Layout struct {
 	Bits int
 
 	// Epoch is the instant the time field counts from; the default is
-	// TwitterEpoch. NewSnowflake rejects an epoch later than its clock.
+	// TwitterEpoch. It must not be before the Unix epoch (1970-01-01 UTC):
+	// generators count nanoseconds since the epoch in an int64, which holds
+	// 292 years, and read clocks up to 2262. NewSnowflake also rejects an
+	// epoch later than its clock.
 	Epoch time.Time
 
 	// Tick is the unit of the time field; the default is 1 ms.
@@ -172,9 +175,16 @@ func (l Layout) spec() (spec, error) {
 	if l.Epoch.IsZero() {
 		l.Epoch = TwitterEpoch
 	}
-	minEpoch, maxEpoch := time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
-	if l.Epoch.Before(minEpoch) || l.Epoch.After(maxEpoch) {
-		return bad("epoch %v outside the years 1678-2262", l.Epoch)
+	// A generator counts the time since the epoch in int64 nanoseconds
+	// (clock.UnixNano() - epoch.UnixNano()), which hold 292 years; clock
+	// readings go up to 2262, where UnixNano ends. Only epochs from the Unix
+	// epoch on keep that difference from overflowing: an epoch in 1700 would
+	// turn today's clock into a time far before the epoch.
+	if l.Epoch.Before(time.Unix(0, 0)) {
+		return bad("epoch %v before the Unix epoch 1970-01-01T00:00:00Z: nanoseconds since it overflow an int64 for clock readings up to 2262", l.Epoch.UTC())
+	}
+	if l.Epoch.After(time.Unix(0, math.MaxInt64)) {
+		return bad("epoch %v after 2262", l.Epoch.UTC())
 	}
 	epochNs := l.Epoch.UnixNano()
 	tickNs := int64(l.Tick)
@@ -203,8 +213,9 @@ func (l Layout) spec() (spec, error) {
 }
 
 // Validate reports whether l is a usable layout: bit counts that sum to Bits
-// (63 by default), a datacenter no wider than the worker, a positive tick, and
-// time bits that run out before the year 2262. It returns an error wrapping
+// (63 by default), a datacenter no wider than the worker, a positive tick, an
+// epoch not before 1970-01-01 UTC, and time bits that run out before the year
+// 2262. It returns an error wrapping
 // ErrInvalidLayout that says what is wrong. Whether the epoch is in the future
 // is checked by NewSnowflake against its own clock.
 func (l Layout) Validate() error {

@@ -38,6 +38,12 @@ func TestLayoutValidate(t *testing.T) {
 		{"span over 292 years", idgen.Layout{TimeBits: 43, WorkerBits: 8, SequenceBits: 12, Tick: time.Millisecond}, false},
 		{"runs out after 2262", idgen.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 12, Epoch: time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)}, false},
 		{"epoch before 1678", idgen.Layout{Epoch: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)}, false},
+		// Issue 15, item 7: nanoseconds since an epoch before 1733 overflow
+		// an int64 for today's clock; any epoch before 1970 does for a clock
+		// reading before 2262.
+		{"epoch 1700", idgen.Layout{Epoch: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)}, false},
+		{"epoch 1969", idgen.Layout{Epoch: time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)}, false},
+		{"Unix epoch", idgen.Layout{Epoch: time.Unix(0, 0)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.layout.Validate()
@@ -68,7 +74,11 @@ func TestNewSnowflakeErrors(t *testing.T) {
 		{"worker negative", idgen.LayoutTwitter, -1, nil, idgen.ErrInvalidWorker},
 		{"worker of single-worker layout", idgen.Layout{TimeBits: 41, SequenceBits: 22}, 1, nil, idgen.ErrInvalidWorker},
 		{"epoch in the future", idgen.Layout{Epoch: t0.Add(time.Second)}, 0, nil, idgen.ErrEpochInFuture},
+		{"epoch 1700 overflows", idgen.Layout{Epoch: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)}, 0, nil, idgen.ErrInvalidLayout},
 		{"time bits run out", idgen.Layout{TimeBits: 20, WorkerBits: 21, SequenceBits: 22, Epoch: t0.Add(-time.Hour)}, 0, nil, idgen.ErrTimeExhausted},
+		// A mark beyond what an int64 of nanoseconds holds must not wrap
+		// around to an early instant and be ignored.
+		{"high-water mark after 2262", idgen.Layout{}, 0, []idgen.Option{idgen.WithHighWater(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))}, idgen.ErrTimeExhausted},
 		{"tolerance negative", idgen.Layout{}, 0, []idgen.Option{idgen.WithTolerance(-1)}, idgen.ErrInvalidOption},
 		{"tolerance too long", idgen.Layout{}, 0, []idgen.Option{idgen.WithTolerance(2 * time.Second)}, idgen.ErrInvalidOption},
 		{"borrow too far", idgen.Layout{}, 0, []idgen.Option{idgen.WithBorrow(time.Hour)}, idgen.ErrInvalidOption},

@@ -12,14 +12,15 @@ import (
 type Option func(*options)
 
 type options struct {
-	now       func() time.Time
-	elapsed   func() time.Duration
-	tolerance time.Duration
-	borrow    time.Duration
-	maxLead   time.Duration // > 0: logical clock on
-	highWater time.Time
-	lost      <-chan struct{}
-	rand      io.Reader
+	now        func() time.Time
+	elapsed    func() time.Duration
+	tolerance  time.Duration
+	borrow     time.Duration
+	maxLead    time.Duration // > 0: logical clock on
+	highWater  time.Time
+	persistent bool // WithHighWater was given: borrow only below stored marks
+	lost       <-chan struct{}
+	rand       io.Reader
 }
 
 // Bounds of the clock options: a generator never blocks a caller for longer
@@ -75,24 +76,29 @@ func WithTolerance(d time.Duration) Option {
 // out it moves to the next tick at once instead of waiting, and a clock step
 // back of up to ahead is absorbed without error, IDs carrying the last issued
 // time until the clock catches up. The cost: IDs' times may lead the true time
-// by up to ahead, and a generator restarted within ahead of a burst on the same
-// worker could reissue IDs unless it resumes from a high-water mark
-// (WithHighWater, OpenSnowflake). The default is 0 (no borrowing); ahead must
-// be in [0, MaxBorrow].
+// by up to ahead, and a generator restarted on the same worker could reissue
+// what its predecessor borrowed. A generator built WithHighWater (as
+// OpenSnowflake builds them) therefore borrows only below the last mark it
+// stored with Checkpoint, which reserves up to ahead past the clock, and
+// waits for the clock or the next Checkpoint beyond it. The default is 0 (no
+// borrowing); ahead must be in [0, MaxBorrow].
 func WithBorrow(ahead time.Duration) Option {
 	return func(o *options) { o.borrow = ahead }
 }
 
-// WithLogicalClock makes a Snowflake or Serial run on its own logical clock:
-// the wall time read at construction plus the elapsed time on Go's monotonic
-// clock (or WithElapsed), advanced to the wall clock when that is ahead. A wall
-// clock stepped back is ignored, so IDs keep flowing at the true rate with
-// times that lead the wall clock by the size of the step; once the lead
-// exceeds maxLead, Next returns *ClockBackwardsError. The cost: after a step
-// back, IDs' times stay ahead of the wall clock until the generator is
-// rebuilt, and a restart reads the (stepped) wall clock again, so a restart
-// needs a high-water mark (WithHighWater, OpenSnowflake) to stay unique. The
-// default is off; maxLead must be in (0, MaxLogicalLead].
+// WithLogicalClock makes a Snowflake or Serial run on its own logical clock,
+// which advances with the elapsed time on Go's monotonic clock (or
+// WithElapsed) from the wall time read at construction, and jumps forward to
+// the wall clock whenever that is ahead of it, for good: it never follows the
+// wall clock back. A wall clock stepped back is ignored, also when the step
+// only undoes an earlier step forward, so IDs keep flowing at the true rate
+// with times that lead the wall clock by the size of the step; once that lead
+// exceeds maxLead, Next returns *ClockBackwardsError with the lead. The cost:
+// after a step back, IDs' times stay ahead of the wall clock until the wall
+// clock catches up or the generator is rebuilt, and a restart reads the
+// (stepped) wall clock again, so a restart needs a high-water mark
+// (WithHighWater, OpenSnowflake) to stay unique. The default is off; maxLead
+// must be in (0, MaxLogicalLead].
 func WithLogicalClock(maxLead time.Duration) Option {
 	return func(o *options) {
 		o.maxLead = maxLead
@@ -112,13 +118,17 @@ func WithElapsed(elapsed func() time.Duration) Option {
 }
 
 // WithHighWater makes a Snowflake or Serial start above mark: every ID it
-// issues has a time at or after mark, which is a HighWater value saved by a
-// previous generator of the same worker (see HighWaterStore). If the clock is
-// behind mark by more than the tolerance (or borrow), NewSnowflake returns
-// *ClockBackwardsError: a restart after a clock rollback is detected instead
-// of reissuing IDs. The default is the zero time: no mark.
+// issues has a time at or after mark, which is a mark stored by a previous
+// generator of the same worker (see HighWaterStore and Checkpoint). If the
+// clock is behind mark by more than the tolerance (or borrow), NewSnowflake
+// returns *ClockBackwardsError: a restart after a clock rollback is detected
+// instead of reissuing IDs. It also marks the generator as one whose IDs must
+// survive restarts, even with the zero mark (a worker with no mark stored
+// yet): WithBorrow then borrows only below the last mark stored (mark, then
+// each Checkpoint's). Without this option there is no mark and borrowing is
+// not limited.
 func WithHighWater(mark time.Time) Option {
-	return func(o *options) { o.highWater = mark }
+	return func(o *options) { o.highWater, o.persistent = mark, true }
 }
 
 // WithLease ties a Snowflake or Serial to a worker lease: once lost is closed,

@@ -1,6 +1,7 @@
 package idgen
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -235,6 +236,13 @@ func (s *Serial) Format() SerialFormat { return s.format }
 
 // HighWater is Snowflake.HighWater for serials.
 func (s *Serial) HighWater() time.Time { return s.e.highWater() }
+
+// Checkpoint is Snowflake.Checkpoint for serials: it stores the high-water
+// mark (or, WithBorrow, the reservation a generator built WithHighWater
+// borrows below) in store.
+func (s *Serial) Checkpoint(ctx context.Context, store HighWaterStore) error {
+	return s.e.checkpoint(ctx, store)
+}
 
 // NanoKeys issues int64 keys that are Unix nanoseconds, bumped by one where
 // needed so that keys from one NanoKeys strictly increase. They are unique

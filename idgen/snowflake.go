@@ -114,11 +114,23 @@ func (s *Snowflake) Decompose(id int64) Parts { return s.spec.decompose(id) }
 // a restart on a clock that was set back.
 func (s *Snowflake) HighWater() time.Time { return s.e.highWater() }
 
+// Retire stops the generator for good and returns its final high-water mark.
+// From the moment it is called, Next, NextN and callers waiting inside them
+// return cause (ErrRetired if cause is nil; ErrLeaseLost once a WithLease
+// channel is closed), and every ID the generator ever returned lies before the
+// mark it returns, which HighWater returns from then on: an ID being issued
+// concurrently either made it in before, below the mark, or fails. Store the
+// mark (Checkpoint) before the worker number goes to another generator. The
+// first cause is kept; it is safe for concurrent use.
+func (s *Snowflake) Retire(cause error) time.Time { return s.e.retire(cause) }
+
 // HighWaterStore persists a worker's high-water mark, the instant before which
 // every ID the worker issued lies, so that its next generator resumes above it.
 // Implementations (Redis, ZooKeeper, a file) key it by layout and worker; Store
 // must keep the maximum of the marks it is given, so that a late Store from a
-// stale process cannot lower it.
+// stale process cannot lower it, and never load a mark earlier than one it
+// was given (a store of a coarser unit rounds up): a generator borrows up to
+// the mark once Store has returned.
 type HighWaterStore interface {
 	// Load returns the mark, or the zero time if none was stored.
 	Load(ctx context.Context) (time.Time, error)
@@ -128,22 +140,41 @@ type HighWaterStore interface {
 
 // OpenSnowflake loads the worker's high-water mark from store and returns
 // NewSnowflake(layout, worker, WithHighWater(mark), opts...). A clock behind
-// the mark beyond the tolerance makes it fail with *ClockBackwardsError: the
-// restart after a clock rollback that would reissue IDs is detected. Errors
-// from store are returned as they are.
+// the mark beyond the tolerance (or borrow) makes it fail with
+// *ClockBackwardsError: the restart after a clock rollback that would reissue
+// IDs is detected. With WithBorrow it also stores a first reservation
+// (Checkpoint), so that the generator may borrow at once. Errors from store
+// are returned as they are.
 func OpenSnowflake(ctx context.Context, store HighWaterStore, layout Layout, worker int64, opts ...Option) (*Snowflake, error) {
 	mark, err := store.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return NewSnowflake(layout, worker, append(opts[:len(opts):len(opts)], WithHighWater(mark))...)
+	s, err := NewSnowflake(layout, worker, append(opts[:len(opts):len(opts)], WithHighWater(mark))...)
+	if err != nil {
+		return nil, err
+	}
+	if s.e.borrow > 0 {
+		if err := s.Checkpoint(ctx, store); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
-// Checkpoint stores s.HighWater() in store. Call it periodically and when the
-// generator is retired; IDs issued after the last checkpoint are covered only
-// by the clock itself (a restart on a clock set back by more than the time
-// since that checkpoint could reissue them), so the interval bounds the
-// rollback a crash can hide.
+// Checkpoint stores a mark in store above every ID issued so far: HighWater,
+// or for a generator built WithBorrow(ahead), a reservation, the later of
+// HighWater and the clock plus ahead. A generator built WithHighWater (as
+// OpenSnowflake builds them) borrows ticks ahead of its clock only below the
+// last mark it stored this way; once they are used up, Next waits for the
+// clock or the next Checkpoint. Call it periodically (more often than ahead,
+// to keep room to borrow) and when the generator is retired. A restart from
+// the stored mark is above every ID issued before the Checkpoint and every
+// ID borrowed since; IDs issued since at ticks the clock had reached are
+// covered only by the clock itself (a restart on a clock set back by more
+// than the time since the Checkpoint could reissue them), so the interval
+// bounds the rollback a crash can hide. It is safe for concurrent use with
+// Next; errors from store are returned as they are.
 func (s *Snowflake) Checkpoint(ctx context.Context, store HighWaterStore) error {
-	return store.Store(ctx, s.HighWater())
+	return s.e.checkpoint(ctx, store)
 }

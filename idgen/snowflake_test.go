@@ -326,11 +326,13 @@ func TestLogicalClock(t *testing.T) {
 	if id := is.next(); id != idAt(t, l, t0.Add(time.Minute), 4, 0) {
 		t.Fatalf("wall ahead: %+v", l.Decompose(id))
 	}
-	// A step back the lead bound does not cover is reported.
+	// A step back the lead bound does not cover is reported. The logical
+	// clock followed the wall clock to t0+1m, so it leads by 1m3s (issue 15,
+	// item 7: it used to fall back to t0+10ms and report 3.01 s, below IDs
+	// already issued at t0+1m).
 	clock.Set(t0.Add(-3 * time.Second))
-	// (the logical clock, at t0+10ms, leads the wall clock by 3.01 s).
 	_, err := g.Next()
-	wantBackwards(t, err, 3*time.Second+10*time.Millisecond, 2*time.Second)
+	wantBackwards(t, err, time.Minute+3*time.Second, 2*time.Second)
 
 	t.Run("lead bound", func(t *testing.T) {
 		clock := newClock(t0)
@@ -359,6 +361,38 @@ func TestLogicalClock(t *testing.T) {
 			t.Fatalf("time %v, want %v", p.Time, base.Add(5*time.Millisecond))
 		}
 	})
+}
+
+// TestLogicalClockStepForwardThenBack is issue 15, item 7: the logical clock
+// follows a wall clock that steps forward, and must then absorb the step back
+// of the same size (a lead within maxLead), not report it.
+func TestLogicalClockStepForwardThenBack(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	g := newSnowflake(t, l, 4, idgen.WithClock(clock.Now), idgen.WithElapsed(clock.Elapsed), idgen.WithLogicalClock(time.Minute))
+	is := &issuer{t: t, g: g}
+	is.next()
+	clock.Set(t0.Add(10 * time.Second)) // a step forward: followed at once
+	if id := is.next(); id != idAt(t, l, t0.Add(10*time.Second), 4, 0) {
+		t.Fatalf("after the step forward: %+v", l.Decompose(id))
+	}
+	clock.Set(t0) // and back by as much: a lead of 10 s, within a minute
+	if id := is.next(); id != idAt(t, l, t0.Add(10*time.Second), 4, 1) {
+		t.Fatalf("after the step back: %+v, want the logical time t0+10s", l.Decompose(id))
+	}
+	clock.Advance(5 * time.Millisecond) // the logical clock runs on from t0+10s
+	if id := is.next(); id != idAt(t, l, t0.Add(10*time.Second+5*time.Millisecond), 4, 0) {
+		t.Fatalf("5 ms later: %+v", l.Decompose(id))
+	}
+	// A wall clock that then catches up is followed again, with no lead.
+	clock.Set(t0.Add(11 * time.Second))
+	if id := is.next(); id != idAt(t, l, t0.Add(11*time.Second), 4, 0) {
+		t.Fatalf("wall clock ahead again: %+v", l.Decompose(id))
+	}
+	// A lead beyond maxLead is reported, measured from the logical clock.
+	clock.Set(t0.Add(11*time.Second - 2*time.Minute))
+	_, err := g.Next()
+	wantBackwards(t, err, 2*time.Minute, time.Minute)
 }
 
 func TestHighWater(t *testing.T) {
@@ -418,6 +452,108 @@ func TestHighWater(t *testing.T) {
 	}
 }
 
+// TestBorrowRestartFromCheckpoint is issue 15, item 7: a generator that
+// borrowed ahead of its clock after its last checkpoint, then crashed, must
+// not have its IDs reissued by a restart from that checkpoint, with no clock
+// step at all.
+func TestBorrowRestartFromCheckpoint(t *testing.T) {
+	l := idgen.Layout{Name: "seq2", TimeBits: 41, WorkerBits: 20, SequenceBits: 2}
+	const ahead = 10 * time.Second
+	ctx := context.Background()
+	store := &memStore{}
+	clock := newClock(t0)
+	g1, err := idgen.OpenSnowflake(ctx, store, l, 5, idgen.WithClock(clock.Now), idgen.WithBorrow(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g1.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g1.Checkpoint(ctx, store); err != nil { // the periodic checkpoint
+		t.Fatal(err)
+	}
+	// A burst: 3 s of ticks (4 IDs each) borrowed within one millisecond.
+	clock.SetStep(time.Millisecond / 4000)
+	burst := make([]int64, 3000*4)
+	if n, err := g1.NextN(burst); err != nil || n != len(burst) {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	if last := l.Decompose(burst[len(burst)-1]); last.Time.Before(t0.Add(2 * time.Second)) {
+		t.Fatalf("the burst did not borrow: last ID at %v", last.Time)
+	}
+	issued := make(map[int64]bool, len(burst))
+	for _, id := range burst {
+		issued[id] = true
+	}
+	// g1 crashes; the worker restarts 1 s later from the stored mark.
+	g2, err := idgen.OpenSnowflake(ctx, store, l, 5, idgen.WithClock(newClock(t0.Add(time.Second)).Now), idgen.WithBorrow(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := 0
+	for range 100 {
+		id, err := g2.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if issued[id] {
+			again++
+		}
+	}
+	if again > 0 {
+		t.Fatalf("%d of 100 IDs after the restart were issued before the crash (stored mark %v)", again, store.mark)
+	}
+}
+
+// TestBorrowWaitsForReservation: a generator built WithHighWater borrows
+// only ticks below the last mark it stored; then Next waits until the clock
+// or a Checkpoint moves that mark. One built without it borrows freely.
+func TestBorrowWaitsForReservation(t *testing.T) {
+	l := idgen.Layout{Name: "seq2", TimeBits: 41, WorkerBits: 20, SequenceBits: 2}
+	const ahead = 100 * time.Millisecond
+	ctx := context.Background()
+	store := &memStore{}
+	clock := newClock(t0) // frozen
+	g, err := idgen.OpenSnowflake(ctx, store, l, 5, idgen.WithClock(clock.Now), idgen.WithBorrow(ahead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := t0.Add(ahead); !store.mark.Equal(want) {
+		t.Fatalf("OpenSnowflake stored %v, want the reservation %v", store.mark, want)
+	}
+	// The tick at t0 and 99 borrowed ones lie below the reservation.
+	ids := make([]int64, 100*4)
+	if n, err := g.NextN(ids); err != nil || n != len(ids) {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	if p := l.Decompose(ids[len(ids)-1]); !p.Time.Equal(t0.Add(ahead-time.Millisecond)) || p.Sequence != 3 {
+		t.Fatalf("last ID below the reservation: %+v", p)
+	}
+	next := await(g.Next)
+	select {
+	case r := <-next:
+		t.Fatalf("Next borrowed at or above the stored mark %v: %+v, %v", store.mark, l.Decompose(r.v), r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The clock moves on 10 ms; a checkpoint reserves 10 ms more.
+	clock.Advance(10 * time.Millisecond)
+	if err := g.Checkpoint(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	if want := t0.Add(ahead + 10*time.Millisecond); !store.mark.Equal(want) {
+		t.Fatalf("Checkpoint stored %v, want %v", store.mark, want)
+	}
+	if r := <-next; r.err != nil || r.v != idAt(t, l, t0.Add(ahead), 5, 0) {
+		t.Fatalf("Next after the checkpoint = %+v, %v", l.Decompose(r.v), r.err)
+	}
+
+	// Without WithHighWater nothing is stored, and borrowing is not limited.
+	free := newSnowflake(t, l, 5, idgen.WithClock(newClock(t0).Now), idgen.WithBorrow(ahead))
+	if n, err := free.NextN(make([]int64, 101*4)); err != nil || n != 101*4 {
+		t.Fatalf("NextN without a store = %d, %v", n, err)
+	}
+}
+
 type failStore struct{ memStore }
 
 var errStore = errors.New("store down")
@@ -453,6 +589,78 @@ func TestLease(t *testing.T) {
 	if n, err := g.NextN(ids); n != 0 || !errors.Is(err, idgen.ErrLeaseLost) {
 		t.Fatalf("NextN = %d, %v; want ErrLeaseLost", n, err)
 	}
+}
+
+// TestRetire: after Retire no ID is issued above the mark it returns, even by
+// goroutines racing it, and Next returns the cause.
+func TestRetire(t *testing.T) {
+	l := idgen.Layout{Name: "seq2", TimeBits: 41, WorkerBits: 20, SequenceBits: 2}
+	clock := newClock(t0)
+	clock.SetStep(time.Millisecond) // every reading a tick later
+	g := newSnowflake(t, l, 1, idgen.WithClock(clock.Now), idgen.WithBorrow(time.Second))
+	cause := errors.New("worker handed over")
+	var wg sync.WaitGroup
+	ids := make([][]int64, 4)
+	errs := make([]error, 4)
+	for i := range ids {
+		wg.Go(func() {
+			for {
+				id, err := g.Next()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				ids[i] = append(ids[i], id)
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	mark := g.Retire(cause)
+	wg.Wait()
+	for i := range ids {
+		if !errors.Is(errs[i], cause) {
+			t.Errorf("goroutine %d ended with %v, want the cause", i, errs[i])
+		}
+		for _, id := range ids[i] {
+			if p := l.Decompose(id); !p.Time.Before(mark) {
+				t.Fatalf("ID at %v issued, not before the mark %v", p.Time, mark)
+			}
+		}
+	}
+	if !g.HighWater().Equal(mark) || !g.Retire(nil).Equal(mark) {
+		t.Fatalf("HighWater %v after Retire, want %v", g.HighWater(), mark)
+	}
+	if _, err := g.Next(); !errors.Is(err, cause) {
+		t.Fatalf("Next after a second Retire: %v, want the first cause", err)
+	}
+	// A retired generator's checkpoint is its mark, with no reservation.
+	store := &memStore{}
+	if err := g.Checkpoint(context.Background(), store); err != nil || !store.mark.Equal(mark) {
+		t.Fatalf("Checkpoint stored %v, %v; want %v", store.mark, err, mark)
+	}
+
+	t.Run("waiting caller", func(t *testing.T) {
+		g := newSnowflake(t, l, 1, idgen.WithClock(newClock(t0).Now)) // frozen
+		if n, err := g.NextN(make([]int64, 4)); err != nil || n != 4 {
+			t.Fatalf("NextN = %d, %v", n, err)
+		}
+		next := await(g.Next) // waits for the next tick
+		time.Sleep(5 * time.Millisecond)
+		g.Retire(nil)
+		if r := <-next; !errors.Is(r.err, idgen.ErrRetired) {
+			t.Fatalf("waiting Next = %v, %v; want ErrRetired", r.v, r.err)
+		}
+	})
+
+	t.Run("lease lost", func(t *testing.T) {
+		lost := make(chan struct{})
+		g := newSnowflake(t, l, 1, idgen.WithClock(newClock(t0).Now), idgen.WithLease(lost))
+		g.Retire(nil)
+		close(lost)
+		if _, err := g.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
+			t.Fatalf("Next = %v, want ErrLeaseLost", err)
+		}
+	})
 }
 
 func TestNextNMatchesNext(t *testing.T) {

@@ -13,6 +13,11 @@ var (
 	ErrInvalid = errors.New("workerid: invalid argument")
 	// ErrReleased is returned by a Lease's methods after Release.
 	ErrReleased = errors.New("workerid: lease released")
+	// ErrGeneratorExists is returned by Lease.NewSnowflake when the lease
+	// already has a generator: two generators on one worker ID would issue
+	// the same IDs in the same tick. Share the first; it is safe for
+	// concurrent use.
+	ErrGeneratorExists = errors.New("workerid: the lease already has a generator")
 )
 
 // ExhaustedError names the service whose worker IDs are all taken.

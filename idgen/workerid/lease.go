@@ -20,12 +20,13 @@ type Lease struct {
 	cause      func() error
 	hw         idgen.HighWaterStore
 	checkpoint time.Duration
-	free       func(ctx context.Context) error // closes lost, stops the keeper, gives the ID back
+	free       func(ctx context.Context) error // closes lost, stops the keeper, gives the ID back; after the final mark
 
-	mu       sync.Mutex // protects gens, released, stop
-	gens     []*idgen.Snowflake
+	mu       sync.Mutex // protects gen, building, released, stop
+	gen      *idgen.Snowflake
+	building bool // a NewSnowflake is under way
 	released bool
-	stop     chan struct{} // closes the checkpoint loop; nil until the first generator
+	stop     chan struct{} // closes the checkpoint loop; nil until the generator
 	wg       sync.WaitGroup
 }
 
@@ -38,8 +39,12 @@ func (l *Lease) ID() int64 { return l.id }
 // Lost returns a channel that is closed once the ID is no longer held by
 // this process: lost (Redis: a renewal answered "not held", or renewals kept
 // failing; ZooKeeper: the session expired, or was in doubt for too long) or
-// given back by Release. Generators made by NewSnowflake stop issuing at
-// that moment, before the ID can be leased by another process.
+// given back by Release. The generator made by NewSnowflake stops issuing at
+// that moment, before the ID can be leased by another process (on Release,
+// already before the final mark is stored), and after a loss its final mark
+// is stored in the background (retried for up to 10 s), so that the ID's
+// next holder starts above it if the store answers before that holder loads
+// the mark.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Err returns why the lease ended (ErrReleased after Release), or nil while
@@ -56,12 +61,19 @@ func (l *Lease) Err() error {
 // HighWater returns the store of this worker ID's high-water mark.
 func (l *Lease) HighWater() idgen.HighWaterStore { return l.hw }
 
-// NewSnowflake returns a Snowflake for the leased worker ID that stops
-// issuing IDs (idgen.ErrLeaseLost) the moment the lease is lost, starts above
-// the worker's stored high-water mark (a clock behind it by more than the
-// generator's tolerance makes NewSnowflake fail with
-// *idgen.ClockBackwardsError), and saves its mark every checkpoint interval
-// and on Release. The lease's maximum worker ID must fit the layout.
+// NewSnowflake returns the Snowflake of the leased worker ID. It stops
+// issuing IDs (idgen.ErrLeaseLost) the moment the lease is lost or released,
+// starts above the worker's stored high-water mark (a clock behind it by more
+// than the generator's tolerance makes NewSnowflake fail with
+// *idgen.ClockBackwardsError), and saves its mark every checkpoint interval,
+// after a loss and on Release. The lease's maximum worker ID must fit the
+// layout (else an error wrapping ErrInvalid).
+//
+// A lease has one generator: once NewSnowflake has succeeded, later calls
+// return ErrGeneratorExists (share the generator; it is safe for concurrent
+// use), because two generators on one worker ID would issue the same IDs in
+// the same tick. A call that fails leaves the lease free for another. After
+// Release it returns ErrReleased.
 func (l *Lease) NewSnowflake(ctx context.Context, layout idgen.Layout, opts ...idgen.Option) (*idgen.Snowflake, error) {
 	if err := layout.Validate(); err != nil {
 		return nil, err
@@ -70,26 +82,37 @@ func (l *Lease) NewSnowflake(ctx context.Context, layout idgen.Layout, opts ...i
 		return nil, fmt.Errorf("%w: maximum worker ID %d does not fit the %d worker bits of layout %q",
 			ErrInvalid, l.max, width, layout.Name)
 	}
-	mark, err := l.hw.Load(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("workerid: load high-water mark: %w", err)
+	l.mu.Lock()
+	switch {
+	case l.released:
+		l.mu.Unlock()
+		return nil, ErrReleased
+	case l.gen != nil || l.building:
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: worker ID %d of %q", ErrGeneratorExists, l.id, l.service)
 	}
-	all := append([]idgen.Option{idgen.WithLease(l.lost), idgen.WithHighWater(mark)}, opts...)
-	s, err := idgen.NewSnowflake(layout, l.id, all...)
+	l.building = true // the slot is taken while the mark is loaded
+	l.mu.Unlock()
+
+	// OpenSnowflake starts above the stored mark and, for a borrowing
+	// generator, stores a first reservation: it borrows only below marks
+	// that the store holds.
+	all := append([]idgen.Option{idgen.WithLease(l.lost)}, opts...)
+	s, err := idgen.OpenSnowflake(ctx, l.hw, layout, l.id, all...)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.building = false
 	if err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.released {
 		return nil, ErrReleased
 	}
-	l.gens = append(l.gens, s)
-	if l.stop == nil {
-		l.stop = make(chan struct{})
-		l.wg.Add(1)
-		go l.checkpoints(l.stop) // owned by the lease: Release stops and waits for it
-	}
+	l.gen = s
+	l.stop = make(chan struct{})
+	l.wg.Add(1)
+	go l.checkpoints(l.stop) // owned by the lease: Release stops and waits for it
 	return s, nil
 }
 
@@ -102,6 +125,16 @@ func workerWidth(l idgen.Layout) int {
 	return l.WorkerBits
 }
 
+// errReleased is what the generator of a released lease returns.
+var errReleased = fmt.Errorf("%w (%w)", idgen.ErrLeaseLost, ErrReleased)
+
+// Bounds of the final save after a loss: retried every finalRetry until it
+// succeeds, finalFor has passed, or Release takes over.
+const (
+	finalFor   = 10 * time.Second
+	finalRetry = 100 * time.Millisecond
+)
+
 func (l *Lease) checkpoints(stop <-chan struct{}) {
 	defer l.wg.Done()
 	t := time.NewTicker(l.checkpoint)
@@ -111,7 +144,8 @@ func (l *Lease) checkpoints(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-l.lost:
-			return // no mark may be written for an ID that is no longer ours
+			l.finalMark(stop)
+			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), l.checkpoint)
 			l.saveMarks(ctx) // a failed save is retried at the next tick
@@ -120,22 +154,54 @@ func (l *Lease) checkpoints(stop <-chan struct{}) {
 	}
 }
 
-func (l *Lease) saveMarks(ctx context.Context) error {
+// finalMark runs once the lease is lost: the generator already refuses to
+// issue (its lease channel is closed); Retire makes its mark final, and the
+// mark is stored, so that the ID's next holder starts above everything this
+// one issued, borrowed ticks included. Writing after the ID may be someone
+// else's is safe: a store only ever raises a mark.
+func (l *Lease) finalMark(stop <-chan struct{}) {
 	l.mu.Lock()
-	gens := append([]*idgen.Snowflake(nil), l.gens...)
+	g := l.gen
 	l.mu.Unlock()
-	var errs []error
-	for _, g := range gens {
-		errs = append(errs, g.Checkpoint(ctx, l.hw))
+	g.Retire(idgen.ErrLeaseLost)
+	deadline := time.Now().Add(finalFor)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := g.Checkpoint(ctx, l.hw)
+		cancel()
+		if err == nil || !time.Now().Before(deadline) {
+			return
+		}
+		retry.Reset(finalRetry)
+		select {
+		case <-stop:
+			return // Release saves the mark itself
+		case <-retry.C:
+		}
 	}
-	return errors.Join(errs...)
 }
 
-// Release saves the high-water marks of the lease's generators, closes Lost
-// (so the generators stop issuing), stops keeping the lease and gives the ID
-// back, so another process can lease it. It returns ErrReleased if called
-// twice, and the error of saving or freeing otherwise (the ID is then freed
-// by its TTL or session end).
+func (l *Lease) saveMarks(ctx context.Context) error {
+	l.mu.Lock()
+	g := l.gen
+	l.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	return g.Checkpoint(ctx, l.hw)
+}
+
+// Release gives the ID back, in this order: it stops the lease's generator
+// for good (Next returns an error matching idgen.ErrLeaseLost and
+// ErrReleased, and no ID is issued above its final mark), stores that final
+// mark, then closes Lost, stops keeping the lease and frees the ID, so that
+// another process can lease it and start above the mark. The mark is stored
+// also after the lease was lost (a store only raises a mark). It returns
+// ErrReleased if called twice, and the error of saving or freeing otherwise:
+// the ID is freed even when the save failed (or, when freeing failed, by its
+// TTL or session end).
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
@@ -143,17 +209,15 @@ func (l *Lease) Release(ctx context.Context) error {
 		return ErrReleased
 	}
 	l.released = true
-	stop := l.stop
+	g, stop := l.gen, l.stop
 	l.mu.Unlock()
+	if g != nil {
+		g.Retire(errReleased) // 1. no ID above the mark from here on
+	}
 	if stop != nil {
 		close(stop)
 	}
-	l.wg.Wait()
-	var saveErr error
-	select {
-	case <-l.lost:
-	default:
-		saveErr = l.saveMarks(ctx)
-	}
-	return errors.Join(saveErr, l.free(ctx))
+	l.wg.Wait()                              // the checkpoint loop (or a final save after a loss) is over
+	saveErr := l.saveMarks(ctx)              // 2. the final mark
+	return errors.Join(saveErr, l.free(ctx)) // 3. Lost closes, the ID is freed
 }
