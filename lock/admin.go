@@ -111,7 +111,8 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	k := c.keys(key)
-	n, err := forceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1]}, c.chanPrefix).Int64()
+	n, err := forceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1], k[0] + ":r:" + c.nextID()},
+		c.chanPrefix, c.argWindow).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: force-release %q: %w", key, err)
 	}

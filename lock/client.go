@@ -244,6 +244,10 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 	}
 	g, gr, err := c.gates.enter(ctx, key, c.quit, &takeover{owner: owner, id: id, o: o})
 	switch {
+	case err != nil && gr.unsure: // a hand-off to owner may have happened: undo it, then pass the front on
+		c.forget(ctx, c.keys(key), owner, id)
+		c.gates.pass(key, g)
+		return nil, err
 	case err != nil:
 		return nil, err
 	case gr.lease != nil: // handed over by the releasing holder
@@ -297,7 +301,11 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 		}
 		res, err := c.acquire(ctx, keys, argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued, argID)
 		if err != nil {
-			if w != "" { // this attempt may have queued the waiter before its answer was lost
+			// The script may have run and its answer been lost for good
+			// (a ctx that ended mid-flight, retries exhausted or off): it
+			// may hold a level, or have queued the waiter, that nobody owns.
+			c.forget(ctx, keys, owner, id)
+			if w != "" {
 				c.leave(ctx, keys, waiter)
 			}
 			if ctx.Err() != nil {
@@ -311,6 +319,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 			}
 			return c.newLease(key, keys, owner, id, res.token, o, sent, gh), nil
 		}
+		c.notHeld(key, owner) // a live local hold of owner's is gone
 		if !wait {
 			return nil, ErrNotObtained
 		}
@@ -452,6 +461,29 @@ func (c *Client) undo(ctx context.Context, key string, keys []string, owner, id 
 		return errors.Join(e, fmt.Errorf("lock: release after WAIT: %w", err))
 	}
 	return e
+}
+
+// forget drops the level call id may have taken for owner (an acquisition
+// or a hand-off whose answer was lost), on a ctx detached from ctx's end.
+// It drops nothing if there is no such level.
+func (c *Client) forget(ctx context.Context, keys []string, owner, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	// A failure leaves the level to expire with the hold.
+	_ = releaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]},
+		owner, c.o.ttl.Milliseconds(), c.argWindow, c.chanPrefix, id).Err()
+}
+
+// notHeld follows an attempt that found key held by another owner: a live
+// hold of owner's on key through this client is gone from Redis, and is
+// reported lost now rather than at its next renewal.
+func (c *Client) notHeld(key, owner string) {
+	c.mu.Lock()
+	h := c.holds[holdKey{key, owner}]
+	c.mu.Unlock()
+	if h != nil {
+		h.wd.Lose(fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld))
+	}
 }
 
 // leave takes a waiter out of the queue after its ctx ended or its client

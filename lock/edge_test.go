@@ -65,8 +65,8 @@ func TestTTLWholeMilliseconds(t *testing.T) {
 
 // TestHolderOwnStaleEntryDropped: a call queued its waiter entry, its
 // answer was lost, and the same call (the script resent) then acquired the
-// free lock without queueing: the entry stays in the queue. The release
-// must not grant the lock to that entry (nobody would take it).
+// free lock, its Queued flag unset: the entry must leave the queue, so that
+// the release does not grant the lock to it (nobody would take it).
 func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := shared.Client(t)
@@ -97,8 +97,8 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(info.Waiters) != 1 {
-		t.Fatalf("queue %v, want the stale entry (the setup failed)", info.Waiters)
+	if len(info.Waiters) != 0 {
+		t.Fatalf("queue %v after the call holds the lock, want empty", info.Waiters)
 	}
 	left, err := node.Release(ctx, rdb, key, lock.NodeRelease{Owner: "owner-a", TTL: 5 * time.Second, Request: "r1", Level: id})
 	if err != nil || left != 0 {
@@ -148,5 +148,167 @@ func TestFailedQueueingLeaves(t *testing.T) {
 	}
 	if info, _ = holder.Inspect(ctx, key); info.Held() {
 		t.Fatalf("after the release: held by %v, want free", info.Owners)
+	}
+}
+
+// TestReentryLeavesQueue: a call of owner O queued (the lock held by
+// another), then O got the lock through another call, and this call's
+// next attempt re-enters: its entry must leave the queue, or the release
+// would grant the lock to a call that already returned.
+func TestReentryLeavesQueue(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := shared.Client(t)
+	key := uniqueKey(t)
+	node, _ := lock.NewNode("")
+	k := node.Keys(key)
+	keys := []string{k.Lock, k.Fence, k.Queue, k.Deadlines}
+	acquire := lock.Scripts()["acquire.lua"]
+	args := func(owner, id string) []any {
+		return []any{owner, 5000, id + "|5000|" + owner, "1", 5000, lock.DefaultPrefix + "wake:", "0", id}
+	}
+	if err := rdb.HSet(ctx, k.Lock, "owner-x", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a:1", "b:1"} { // both calls of owner O queue (fair mode)
+		if res, err := acquire.Run(ctx, rdb, keys, args("owner-o", id)...).Slice(); err != nil || res[0].(int64) != 0 {
+			t.Fatalf("queueing %s: %v %v", id, res, err)
+		}
+	}
+	if err := rdb.Del(ctx, k.Lock).Err(); err != nil { // x's hold ends
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a:1", "b:1"} { // a takes it, b re-enters
+		if res, err := acquire.Run(ctx, rdb, keys, args("owner-o", id)...).Slice(); err != nil || res[0].(int64) != 1 {
+			t.Fatalf("acquiring %s: %v %v", id, res, err)
+		}
+	}
+	info, err := newClient(t, nil).Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Waiters) != 0 || info.Owners["owner-o"] != 2 {
+		t.Fatalf("after a and b hold: %+v, want owner-o: 2 and an empty queue", info)
+	}
+}
+
+// TestLostReplyForgotten: an acquisition whose answer is lost for good
+// (retries off) fails, and leaves no level in Redis that no lease owns.
+func TestLostReplyForgotten(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb, r := lossyRedis(t, &redis.Options{MaxRetries: -1})
+	c := lock.New(rdb)
+	t.Cleanup(func() { c.Close() })
+	key := uniqueKey(t)
+	r.Arm(lock.Scripts()["acquire.lua"].Hash())
+	if _, err := c.TryObtain(ctx, key); err == nil {
+		t.Fatal("TryObtain succeeded although its answer was lost")
+	}
+	wantLost(t, r)
+	if got := owners(t, ctx, newClient(t, nil), key); len(got) != 0 {
+		t.Fatalf("after the failed TryObtain: held by %v", got)
+	}
+}
+
+// TestNodeReleaseWithoutLevelResent: a Node release that names no level,
+// sent twice with one Request, drops one level.
+func TestNodeReleaseWithoutLevelResent(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := shared.Client(t)
+	key := uniqueKey(t)
+	node, _ := lock.NewNode("")
+	for range 2 {
+		if r, err := node.Acquire(ctx, rdb, key, lock.NodeAcquire{Owner: "o", TTL: 5 * time.Second}); err != nil || !r.Held {
+			t.Fatalf("Acquire: %+v %v", r, err)
+		}
+	}
+	rel := lock.NodeRelease{Owner: "o", TTL: 5 * time.Second, Request: "r1"}
+	for range 2 {
+		if left, err := node.Release(ctx, rdb, key, rel); err != nil || left != 1 {
+			t.Fatalf("Release (same Request): %d %v, want 1 level left", left, err)
+		}
+	}
+}
+
+// TestForceReleaseResent: ForceRelease whose reply is lost runs twice; the
+// second run must not take the lock from the waiter the first passed it to.
+func TestForceReleaseResent(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb, r := lossyRedis(t, nil)
+	admin := lock.New(rdb)
+	t.Cleanup(func() { admin.Close() })
+	key := uniqueKey(t)
+	holder, waiter := newClient(t, nil), newClient(t, nil)
+	mustObtain(t, ctx, holder, key)
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := waiter.Obtain(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(100 * time.Millisecond) // the waiter queues
+	r.Arm(lock.Scripts()["force_release.lua"].Hash())
+	if held, err := admin.ForceRelease(ctx, key); err != nil || !held {
+		t.Fatalf("ForceRelease: %v %v", held, err)
+	}
+	wantLost(t, r)
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	owner := l.(interface{ Owner() string }).Owner()
+	if o := owners(t, ctx, admin, key); o[owner] != 1 {
+		t.Fatalf("after a resent ForceRelease: %v, want the waiter %s to hold", o, owner)
+	}
+}
+
+// TestNotHeldAnswerLosesHold: an owner's attempt finds the key held by
+// another owner while its own hold is live in the client: that hold is gone
+// and is reported lost at once.
+func TestNotHeldAnswerLosesHold(t *testing.T) {
+	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), lock.NewOwner())
+	c := newClient(t, nil)
+	key := uniqueKey(t)
+	l1 := mustObtain(t, ctx, c, key)
+	if err := shared.Client(t).Del(ctx, lock.DefaultPrefix+"{"+key+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustObtain(t, ctxTimeout(t, 5*time.Second), newClient(t, nil), key) // another owner holds
+	if _, err := c.TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryObtain: %v", err)
+	}
+	waitClosed(t, l1.Lost(), 100*time.Millisecond, "the vanished hold's Lost")
+}
+
+// TestHandoffLostReplyLinerGone: a hand-off's answer is lost for good and
+// the next in line's ctx ends before it could attempt: the level the
+// hand-off gave its owner must be dropped, not left held for its TTL.
+func TestHandoffLostReplyLinerGone(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb, r := lossyRedis(t, &redis.Options{MaxRetries: -1})
+	c := lock.New(rdb)
+	t.Cleanup(func() { c.Close() })
+	key := uniqueKey(t)
+	first := mustObtain(t, ctx, c, key)
+	deadline := time.Now().Add(150 * time.Millisecond)
+	lctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(lctx, key)
+		done <- err
+	}()
+	time.Sleep(time.Until(deadline.Add(-15 * time.Millisecond))) // in line; its ctx ends during the hand-off
+	r.Arm(lock.Scripts()["handoff.lua"].Hash())
+	if err := first.Release(ctx); err == nil {
+		t.Fatal("Release succeeded although the hand-off's answer was lost")
+	}
+	if err := <-done; !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("the liner: %v, want ErrNotObtained (its ctx ended)", err)
+	}
+	wantLost(t, r)
+	if got := owners(t, ctx, newClient(t, nil), key); len(got) != 0 {
+		t.Fatalf("after the liner gave up: held by %v, want free", got)
 	}
 }

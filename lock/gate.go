@@ -51,6 +51,10 @@ type takeover struct {
 // answer was lost, that attempt finds its level in Redis and holds.
 type grant struct {
 	lease *lease
+	// unsure: a hand-off to the liner's owner was sent and its answer lost.
+	// A liner that no longer attempts (its ctx ended) must drop the level
+	// the hand-off may have given it.
+	unsure bool
 }
 
 // gates are a Client's local lines, by key.
@@ -102,6 +106,9 @@ func (gs *gates) enter(ctx context.Context, key string, quit <-chan struct{}, ta
 	gr := <-ln.ready
 	if gr.lease != nil {
 		return g, gr, nil // the lock is held: report it rather than lose it
+	}
+	if gr.unsure {
+		return g, gr, err // the caller undoes the hand-off, then passes the front on
 	}
 	gs.pass(key, g)
 	return nil, grant{}, err
@@ -219,7 +226,7 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 		// retried Release answers nil if the hand-off (or its release)
 		// happened, from the marker handoff.lua leaves.
 		gh.claim()
-		ln.ready <- grant{}
+		ln.ready <- grant{unsure: true}
 		return true, fmt.Errorf("lock: release %q: %w", l.key, err)
 	case len(res) == 1 && res[0] == -2: // another level appeared: plain release
 		gh.gs.putBack(gh.g, ln)
@@ -240,6 +247,6 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 		return true, nil
 	}
 	gh.claim()
-	ln.ready <- grant{}
+	ln.ready <- grant{unsure: true}
 	return true, fmt.Errorf("lock: release %q: unexpected reply %v", l.key, res)
 }

@@ -13,15 +13,16 @@ import (
 // lease is one level of a hold obtained from a Client. Besides Lease it has
 // Err, which reports why it was lost.
 type lease struct {
-	c        *Client
-	h        *hold
-	key      string
-	keys     []string // release.lua's KEYS: hash, queue, deadlines, this release's marker, fence
-	owner    string
-	id       string // the obtaining call's id: the level's id in Redis (release.lua)
-	token    int64
-	ttl      int64 // ms
-	released bool  // protected by c.mu
+	c         *Client
+	h         *hold
+	key       string
+	keys      []string // release.lua's KEYS: hash, queue, deadlines, this release's marker, fence
+	owner     string
+	id        string // the obtaining call's id: the level's id in Redis (release.lua)
+	token     int64
+	ttl       int64 // ms
+	released  bool  // protected by c.mu
+	releasing bool  // protected by c.mu: a Release of this lease is under way
 }
 
 func (l *lease) Key() string           { return l.key }
@@ -152,11 +153,17 @@ func (c *Client) startWatchdog(key, owner string, token int64, o ObtainOptions, 
 func (l *lease) Release(ctx context.Context) error {
 	c := l.c
 	c.mu.Lock()
-	done := l.released
+	busy := l.released || l.releasing
+	l.releasing = true
 	c.mu.Unlock()
-	if done {
+	if busy { // released, or being released by a concurrent call
 		return ErrNotHeld
 	}
+	defer func() {
+		c.mu.Lock()
+		l.releasing = false // a Release that failed may be called again
+		c.mu.Unlock()
+	}()
 	if done, err := l.handoff(ctx); done {
 		if err != nil && !errors.Is(err, ErrNotHeld) {
 			l.abandon()

@@ -32,14 +32,12 @@
 // the other masters' answers are not delayed by it.
 //
 // go-redis also sends a command again after a network error on the read
-// (MaxRetries, 3 by default), when the server may already have run it. A
-// release carries a request id and is not applied twice; an acquisition
-// sent twice re-enters the owner's own new hold on that master (one level
-// more, which then outlives the lease there until its TTL), and a hand-off
-// sent twice answers "not held" there. Neither lets a second owner in; each
-// can keep one master locked until the TTL. MaxRetries: -1 on the masters'
-// clients avoids it (a lost answer then counts as a failed master, which
-// the round tolerates while a quorum answers).
+// (MaxRetries, 3 by default), when the server may already have run it.
+// Every round's acquisition, hand-off and release carries an id, and a
+// master that runs one twice answers as the first time (see Levels below):
+// no second level, no "not held" for a hand-off that happened. A round
+// whose answer from a master is lost for good releases its own level there
+// (it drops nothing if the round never ran there).
 //
 // Waiting (Obtain): a waiter is queued, by acquire.lua, on each master
 // where another owner holds the lock. The release that frees the lock on a

@@ -78,6 +78,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 		case r.v.Outcome == lock.HandedOver:
 			held++
 			a.got++
+			a.fresh++
 			a.token = max(a.token, r.v.Token)
 			acq[r.i].v = lock.NodeResult{Held: true, Fresh: true, Token: r.v.Token}
 		case r.v.Outcome == lock.HandoffReleased:

@@ -71,17 +71,18 @@ func (c *Client) reenter(key, owner string) *lease {
 
 // newLease records the hold a successful attempt took and starts its
 // watchdog. If a live hold of the same owner on key appeared meanwhile (two
-// goroutines of one owner obtaining at once) and a quorum of masters
-// answered re-entry, the new acquisition is a level of that hold: the
-// masters' extra level is released again. If instead the round was a fresh
-// acquisition on a quorum, the masters had lost that hold: it is reported
-// lost at once, and the new hold replaces it. pl, the local line's front
-// the call holds, goes with a new hold.
+// goroutines of one owner obtaining at once), the new acquisition is a
+// level of that hold and the round's level is released again, unless the
+// round took a fresh hold on more masters than that hold can spare (more
+// than N − quorum): then the masters had lost that hold, which is reported
+// lost at once and replaced. (A hold merged while it was in fact lost is
+// found out by its next renewal.) pl, the local line's front the call
+// holds, goes with a new hold.
 func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainOptions, a attempt, pl *place) *lease {
 	k := holdKey{key, owner}
 	c.mu.Lock()
 	old := c.holds[k]
-	if old != nil && old.wd.Err() == nil && !c.closed && a.reentered >= c.quorum {
+	if old != nil && old.wd.Err() == nil && !c.closed && a.fresh <= len(c.masters)-c.quorum {
 		old.levels++
 		c.mu.Unlock()
 		c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, o.TTL, c.o.slowTimeout(), nil, nil)

@@ -229,6 +229,7 @@ type attempt struct {
 	missed    []bool // masters not held by the owner after the round
 	err       error  // why the attempt failed
 	level     string // the id of the level the round took on each master (lock.NodeAcquire's Request)
+	fresh     int    // masters where the round took a new hold (the owner held nothing there)
 	reentered int    // masters that answered that the owner held the lock already
 }
 
@@ -273,7 +274,6 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	})
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs)), level: req.Request}
 	var errs []error
-	reentry := false
 	for _, r := range rs {
 		a.missed[r.i] = r.done && (r.err != nil || !r.v.Held) // late answers leave by themselves
 		switch {
@@ -284,8 +284,9 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 		case r.v.Held:
 			a.got++
 			a.token = max(a.token, r.v.Token)
-			reentry = reentry || !r.v.Fresh
-			if !r.v.Fresh {
+			if r.v.Fresh {
+				a.fresh++
+			} else {
 				a.reentered++
 			}
 		default:
@@ -313,19 +314,17 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	// Release on every master that may hold the owner's new level: those
 	// that said so, and those whose answer was lost. Not on the masters
 	// that answered that another owner holds the lock (the script took
-	// nothing there). If this was a re-entry of a hold the owner has
-	// through another client (some master answered "re-entered"), a lost
-	// answer may hide no increment at all, and releasing there could drop
-	// that other client's level: those masters are left to expire instead.
+	// nothing there). The release names the round's level, so where the
+	// round took nothing (a lost answer of a round that never ran) it
+	// drops nothing, not even a level of a hold the owner has through
+	// another client.
 	//
 	// All of it before the next attempt, each master bounded by the slow
 	// bound: a release still queued on a master when the next attempt of
-	// the same owner arrives could drop that attempt's level instead.
+	// the same owner arrives would find that attempt's level missing and
+	// be lost, leaving this round's level to expire.
 	c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(), func(i int) bool {
-		if rs[i].err != nil {
-			return !reentry
-		}
-		return rs[i].v.Held
+		return rs[i].err != nil || rs[i].v.Held
 	}, nil)
 	a.err = errors.Join(append([]error{why}, errs...)...)
 	return a

@@ -11,7 +11,8 @@
 -- ARGV[4] "1" fair (FIFO, no barging), "0" not
 -- ARGV[5] waiter bound in ms: a waiter that does not call again within it is skipped
 -- ARGV[6] wake-up channel prefix (unused; kept for the argument layout)
--- ARGV[7] "1" if the waiter may already be queued
+-- ARGV[7] "1" if the waiter may already be queued (unused: a waiter that
+--         holds the lock always leaves the queue; kept for the argument layout)
 -- ARGV[8] request id: unique per call; the same call sent again takes no
 --         second level (""/absent: not retry-safe)
 -- ARGV[9] token floor in µs (new_token), "" or absent: the server's clock
@@ -21,7 +22,7 @@
 -- counter}: not held, wait at most ms before trying again.
 local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
-local fair, bound, queued = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[7] == '1'
+local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
 local req, floor = ARGV[8] or '', ARGV[9]
 
 if redis.call('exists', lock) == 1 then
@@ -36,6 +37,8 @@ if redis.call('exists', lock) == 1 then
       redis.call('pexpire', lock, ttl)
       return {1, t, 1}
     end
+    -- Held by this owner: a waiter queued by an earlier attempt leaves the queue.
+    dequeue(queue, deadlines, waiter)
     if req ~= '' and v[3] then
       -- This very call ran before (its reply was lost): the same answer, no second level.
       redis.call('pexpire', lock, ttl)
@@ -57,10 +60,9 @@ else
       redis.call('hset', lock, owner, 1, TOKEN, string.format('%.0f', t))
     end
     redis.call('pexpire', lock, ttl)
-    if queued then
-      redis.call('lrem', queue, 1, waiter)
-      redis.call('zrem', deadlines, waiter)
-    end
+    -- Out of the queue: queued by an earlier attempt, or by this very call
+    -- if it ran before (its reply lost) while the lock was held.
+    dequeue(queue, deadlines, waiter)
     return {1, t, 1}
   end
 end

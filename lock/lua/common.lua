@@ -76,21 +76,23 @@ local function hold_token(lock, fence)
 end
 
 -- head drops the waiters whose deadline passed (server time) and returns the
--- first live one, or nil. With lock (a hash about to be freed), it also
--- drops the entries of calls that hold a level of it: such a call queued,
--- its answer was lost, and it acquired later (a resent script); granting
--- the lock to it would leave the lock to nobody.
-local function head(queue, deadlines, lock)
+-- first live one, or nil.
+local function head(queue, deadlines)
   while true do
     local w = redis.call('lindex', queue, 0)
     if not w then return nil end
     local d = redis.call('zscore', deadlines, w)
-    if d and tonumber(d) > clock() and not
-      (lock and redis.call('hexists', lock, LEVEL .. string.match(w, '^[^|]*')) == 1) then
-      return w
-    end
+    if d and tonumber(d) > clock() then return w end
     redis.call('lpop', queue)
     redis.call('zrem', deadlines, w)
+  end
+end
+
+-- dequeue takes a waiter that now holds the lock out of the queue (one
+-- command when it was not queued).
+local function dequeue(queue, deadlines, waiter)
+  if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
+    redis.call('lrem', queue, 1, waiter)
   end
 end
 
@@ -98,15 +100,17 @@ end
 -- waiter: a granted one holds it at once, a woken one is told to try. It
 -- returns whether there was such a waiter.
 local function pass(lock, fence, queue, deadlines, prefix)
-  local w = head(queue, deadlines, lock)
+  local w = head(queue, deadlines)
+  local id, ms, owner
+  if w then id, ms, owner = string.match(w, '^([^|]*)|(%d+)|(.*)$') end
+  local t
+  if id then t = new_token(fence) end -- first: a corrupted counter fails before any write
   redis.call('del', lock)
   if not w then return false end
-  local id, ms, owner = string.match(w, '^([^|]*)|(%d+)|(.*)$')
   if not id then
     redis.call('publish', prefix .. string.match(w, '^(.*):'), w)
     return true
   end
-  local t = new_token(fence) -- first: a corrupted counter fails before any grant
   redis.call('lpop', queue)
   redis.call('zrem', deadlines, w)
   redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, string.format('%.0f', t), LEVEL .. id, 1)

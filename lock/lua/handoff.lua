@@ -29,15 +29,25 @@ local lock, fence, queue, deadlines, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, newOwner, ttl, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local req, newReq, floor, markerTTL = ARGV[5] or '', ARGV[6] or '', ARGV[7], ARGV[8]
 
-local v = redis.call('hmget', lock, owner, LEVEL .. req, TOKEN)
-if not v[1] or (req ~= '' and not v[2] and v[3]) then
-  -- Not held by this level: handed over or released by this very request
-  -- before (its reply was lost), or lost.
+-- ran reports what this very hand-off did if it ran before (its reply was
+-- lost): {1, token} handed over, {0} released; nil if it did not run.
+local function ran()
   if newReq ~= '' and redis.call('hexists', lock, LEVEL .. newReq) == 1 then
     return {1, hold_token(lock, fence)}
   end
   if marker and redis.call('exists', marker) == 1 then return {0} end -- passed to another client's waiter
-  return {-1}
+end
+
+if req == '' then
+  -- No level to check: what it did first (owner may be newOwner).
+  local r = ran()
+  if r then return r end
+end
+local v = redis.call('hmget', lock, owner, LEVEL .. req, TOKEN)
+if not v[1] or (req ~= '' and not v[2] and v[3]) then
+  -- Not held by this level: handed over or released by this very request
+  -- before, or lost.
+  return ran() or {-1}
 end
 local count = tonumber(v[1])
 if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end

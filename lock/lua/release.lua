@@ -30,6 +30,12 @@ local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local req = ARGV[5] or ''
 
+if req == '' then
+  -- No level to find: the marker first, as the same request may find the
+  -- owner still holding other levels.
+  local done = redis.call('get', marker)
+  if done then return tonumber(done) end
+end
 local lvl = LEVEL .. req
 local v = redis.call('hmget', lock, owner, lvl, TOKEN)
 if not v[1] or (req ~= '' and not v[2] and v[3]) then
