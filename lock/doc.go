@@ -122,9 +122,15 @@
 // the server's clock at that moment, so the next one is larger, as long as
 // the Redis host's clock does not go back and fewer than one acquisition
 // per microsecond was ever made on the key (a script takes longer than
-// that). A clock stepped back on the Redis host by d can repeat the tokens
-// of the last d after such a loss; without a loss the counter alone keeps
-// them increasing.
+// that). The clock is that of the server that runs the script: after a
+// failover, the promoted replica's, so a replica whose clock is behind the
+// old master's by more than the failover took can repeat the old master's
+// last tokens; so can a clock stepped back on the Redis host by d, for the
+// tokens of the last d before a loss. Without a loss the counter alone
+// keeps them increasing. A restore that brings back a hold of a fixed
+// owner name (WithOwner) that was released since lets that owner re-enter
+// it with its old, smaller token: the protected resource then refuses the
+// holder's writes (safe, but failing until the hold ends).
 //
 // Hold identity: the hash records the fencing token of the hold
 // ("\x00t"), set when the hold is created (fresh acquisition, grant or
@@ -149,7 +155,11 @@
 // drops only its own level and stores its answer under P{key}:r:<id> for the
 // release window (the outermost release too), read only when the level is
 // gone, so a release sent again answers as the first did: never a second
-// level dropped, never ErrNotHeld for a lock it freed. handoff.lua sent
+// level dropped, never ErrNotHeld for a lock it freed. Each marker is a
+// small key (about 100 bytes) that lives for the release window: a client
+// that releases 10,000 locks a second keeps about 100,000 of them (10 MB)
+// with the default 10 s window; WithReleaseWindow trades that memory
+// against how late a resent release may come. handoff.lua sent
 // again finds the next owner's level (or its marker) and answers the same;
 // after a hand-off whose answer was lost for good, the next in line's own
 // attempt finds its level and holds. renew.lua and leave.lua are
