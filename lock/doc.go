@@ -156,9 +156,9 @@
 // release window (the outermost release too), read only when the level is
 // gone, so a release sent again answers as the first did: never a second
 // level dropped, never ErrNotHeld for a lock it freed. Each marker is a
-// small key (about 100 bytes) that lives for the release window: a client
-// that releases 10,000 locks a second keeps about 100,000 of them (10 MB)
-// with the default 10 s window; WithReleaseWindow trades that memory
+// small key (about 100 bytes) that lives for the release window: at 10,000
+// releases a second Redis keeps about 100,000 of them (10 MB) with the
+// default 10 s window; WithReleaseWindow trades that memory
 // against how late a resent release may come. handoff.lua sent
 // again finds the next owner's level (or its marker) and answers the same;
 // after a hand-off whose answer was lost for good, the next in line's own
