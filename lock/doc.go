@@ -24,9 +24,8 @@
 //	                          (wake up and try) or "<client id>:<n>|<token>" (the lock is granted to you)
 //
 // (The channel is "P" + "wake:" + the client id.) Simple uses a string at
-// P simple:{key} (holding the holder's random value, PX TTL), its own
-// fencing counter at P simple:{key}:fence and a release marker at
-// P simple:{key}:r:<value>. A key may not begin with '}' (CheckKey): the
+// P simple:{key} (holding the holder's random value, PX TTL) and its own
+// fencing counter at P simple:{key}:fence. A key may not begin with '}' (CheckKey): the
 // hash tag would be empty and the keys fall in different Cluster slots.
 //
 // # Algorithm
@@ -151,15 +150,18 @@
 // level it takes ("\x00l:<id>"): acquire.lua sent again finds its level and
 // answers as the first time, taking no second level (also when the first
 // run found the lock held and queued the waiter, and the second took the
-// freed lock: the release then skips that call's queue entry). release.lua
-// drops only its own level and stores its answer under P{key}:r:<id> for the
-// release window (the outermost release too), read only when the level is
-// gone, so a release sent again answers as the first did: never a second
-// level dropped, never ErrNotHeld for a lock it freed. Each marker is a
-// small key (about 100 bytes) that lives for the release window: at 10,000
-// releases a second Redis keeps about 100,000 of them (10 MB) with the
-// default 10 s window; WithReleaseWindow trades that memory
-// against how late a resent release may come. handoff.lua sent
+// freed lock: the call leaves the queue when it holds). release.lua drops
+// only its own level and keeps its answer for a resend, read only when the
+// level is gone: an outermost release that frees the lock with nobody
+// waiting moves the fencing counter from the hold's token to token + 1
+// (tokens only need to increase; no key is written), and a resend naming
+// the token finds it so; any other release (inner levels, a release that
+// passes the lock to a waiter) stores its answer under P{key}:r:<id> for
+// the release window (WithReleaseWindow). A release sent again thus answers
+// as the first did: never a second level dropped, and never ErrNotHeld for
+// a lock it freed, unless another owner took the lock between the release
+// and its resend (the counter moved on: the answer is then ErrNotHeld).
+// handoff.lua sent
 // again finds the next owner's level (or its marker) and answers the same;
 // after a hand-off whose answer was lost for good, the next in line's own
 // attempt finds its level and holds. renew.lua and leave.lua are

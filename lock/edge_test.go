@@ -290,16 +290,16 @@ func TestHandoffLostReplyLinerGone(t *testing.T) {
 	c := lock.New(rdb)
 	t.Cleanup(func() { c.Close() })
 	key := uniqueKey(t)
+	r.Delay = time.Second // the hand-off's answer is lost a second after it was sent
 	first := mustObtain(t, ctx, c, key)
-	deadline := time.Now().Add(150 * time.Millisecond)
-	lctx, cancel := context.WithDeadline(ctx, deadline)
+	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Obtain(lctx, key)
 		done <- err
 	}()
-	time.Sleep(time.Until(deadline.Add(-15 * time.Millisecond))) // in line; its ctx ends during the hand-off
+	time.Sleep(100 * time.Millisecond) // in line; its ctx ends while the hand-off is under way
 	r.Arm(lock.Scripts()["handoff.lua"].Hash())
 	if err := first.Release(ctx); err == nil {
 		t.Fatal("Release succeeded although the hand-off's answer was lost")

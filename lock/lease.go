@@ -170,7 +170,7 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 		return err
 	}
-	left, err := releaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id).Int64()
+	left, err := releaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token).Int64()
 	if err != nil {
 		l.abandon()
 		return fmt.Errorf("lock: release %q: %w", l.key, err)

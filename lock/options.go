@@ -88,10 +88,11 @@ func WithWaiterTimeout(d time.Duration) ClientOption {
 	return func(o *clientOptions) { o.waiterTimeout = d }
 }
 
-// WithReleaseWindow sets how long Redis keeps the answer to a release (a
-// marker key of about 100 bytes per release) so that the same release, sent
-// again after its reply was lost, gets the same answer instead of dropping
-// a second level or reporting a freed lock as not held. Default:
+// WithReleaseWindow sets how long Redis keeps the answer to a release that
+// leaves levels held or passes the lock to a waiter (a marker key of about
+// 100 bytes each), so that the same release, sent again after its reply was
+// lost, gets the same answer instead of dropping a second level or
+// reporting a freed lock as not held. Default:
 // DefaultReleaseWindow (10 s, longer than go-redis' read timeout times its
 // retries).
 func WithReleaseWindow(d time.Duration) ClientOption {

@@ -35,8 +35,8 @@ type Simple struct {
 }
 
 // NewSimple returns a Simple lock on rdb, which it does not close. Options
-// that apply: WithPrefix, WithDefaultTTL, WithReleaseWindow, WithMetrics,
-// WithClock. Like New it never fails: an invalid argument makes every call
+// that apply: WithPrefix, WithDefaultTTL, WithMetrics, WithClock. Like New
+// it never fails: an invalid argument makes every call
 // return an error wrapping ErrInvalid.
 func NewSimple(rdb redis.UniversalClient, opts ...ClientOption) *Simple {
 	o := defaultClientOptions()
@@ -210,8 +210,7 @@ func (l *simpleLease) Release(ctx context.Context) error {
 	if done {
 		return ErrNotHeld
 	}
-	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey, l.rkey + ":r:" + l.value}, l.value,
-		s.o.releaseWindow.Milliseconds()).Int64()
+	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey, l.rkey + ":fence"}, l.value, l.token).Int64()
 	if err != nil {
 		return fmt.Errorf("lock: simple release %q: %w", l.key, err)
 	}

@@ -19,6 +19,10 @@ import (
 // with MaxRetries: -1 the caller gets the network error. Safe for
 // concurrent use; the zero value is ready.
 type ReplyLoser struct {
+	// Delay is how long a lost reply's read waits before the connection is
+	// cut (the server runs the command meanwhile). Default: 30 ms.
+	Delay time.Duration
+
 	mu    sync.Mutex
 	armed [][]byte // protects: the strings whose next command's reply is lost, once each
 	lost  atomic.Int32
@@ -71,7 +75,11 @@ func (c *loserConn) Write(b []byte) (int, error) {
 
 func (c *loserConn) Read(b []byte) (int, error) {
 	if c.cut.Load() {
-		time.Sleep(30 * time.Millisecond) // the server runs the command and answers
+		d := c.r.Delay
+		if d <= 0 {
+			d = 30 * time.Millisecond
+		}
+		time.Sleep(d) // the server runs the command and answers
 		c.Conn.Close()
 		c.r.lost.Add(1)
 		return 0, io.EOF

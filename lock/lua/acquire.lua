@@ -53,11 +53,11 @@ else
   local first
   if fair then first = head(queue, deadlines) end
   if not fair or not first or first == waiter then
-    local t = new_token(fence, floor) -- first: a corrupted counter fails before any write
+    local t, ts = new_token(fence, floor) -- first: a corrupted counter fails before any write
     if req ~= '' then
-      redis.call('hset', lock, owner, 1, TOKEN, string.format('%.0f', t), LEVEL .. req, 1)
+      redis.call('hset', lock, owner, 1, TOKEN, ts, LEVEL .. req, 1)
     else
-      redis.call('hset', lock, owner, 1, TOKEN, string.format('%.0f', t))
+      redis.call('hset', lock, owner, 1, TOKEN, ts)
     end
     redis.call('pexpire', lock, ttl)
     -- Out of the queue: queued by an earlier attempt, or by this very call

@@ -54,8 +54,9 @@ local function new_token(fence, floor)
     f = s * 1000000 + us
   end
   local t = math.max(n + 1, f)
-  redis.call('set', fence, string.format('%.0f', t))
-  return t
+  local ts = string.format('%.0f', t)
+  redis.call('set', fence, ts)
+  return t, ts
 end
 
 -- Reserved hash fields (owners may not start with a NUL byte):

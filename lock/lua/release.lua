@@ -1,12 +1,13 @@
 -- release: drop one hold level; at zero delete the lock and pass it to the
 -- first live waiter (common.lua: grant it, or wake that one waiter only).
 --
--- Safe to retry: every release stores its answer under a per-request marker
--- key for the release window, so the same request sent again (its reply was
--- lost; go-redis or the caller retried) returns that answer instead of
--- dropping a second level, or reporting "not held" for a lock it freed. The
--- marker is read only when the owner's level is not found, so the common
--- path reads one hash.
+-- Safe to retry: a release stores its answer for the release window, so the
+-- same request sent again (its reply was lost; go-redis or the caller
+-- retried) returns that answer instead of dropping a second level, or
+-- reporting "not held" for a lock it freed: under a per-request marker key,
+-- or, for an outermost release that frees the lock with nobody waiting, in
+-- the fencing counter (token + 1, below). The answer is read only when the
+-- owner's level is not found, so the common path reads one hash.
 --
 -- A release that names its level (ARGV[5], the id of the call that took it)
 -- drops only that level: if the hash holds the owner but not that level (a
@@ -24,11 +25,12 @@
 -- ARGV[3] marker TTL in ms
 -- ARGV[4] wake-up channel prefix
 -- ARGV[5] the level's id (acquire.lua's request id), or ""/absent
+-- ARGV[6] the hold's fencing token, or ""/absent (see below)
 --
 -- Returns the hold levels left (0: freed), or -1 if owner did not hold the lock.
 local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local req = ARGV[5] or ''
+local req, tok = ARGV[5] or '', tonumber(ARGV[6] or '')
 
 if req == '' then
   -- No level to find: the marker first, as the same request may find the
@@ -42,6 +44,7 @@ if not v[1] or (req ~= '' and not v[2] and v[3]) then
   -- Not held by this level: released before (the same request again), or lost.
   local done = redis.call('get', marker)
   if done then return tonumber(done) end
+  if tok and tonumber(redis.call('get', fence)) == tok + 1 then return 0 end -- freed by this hold's release
   return -1
 end
 local count = tonumber(v[1])
@@ -54,7 +57,17 @@ if count > 1 then
   return count - 1
 end
 
--- The outermost release: the lock is free; pass it on.
-pass(lock, fence, queue, deadlines, prefix) -- deletes the hash first
-redis.call('set', marker, 0, 'px', markerTTL)
+-- The outermost release: the lock is free; pass it on (pass deletes the
+-- hash first). Its answer must survive for a resend. When nobody was
+-- waiting, the fencing counter records it: it goes from the hold's token to
+-- token + 1 (tokens only need to increase), and a resend that names the
+-- token finds it so, with no key to write and expire on the common path. Otherwise (the lock
+-- passed to a waiter, who may take a token at once) a marker key does.
+-- (Incremented whatever it holds: a counter above the token, after a
+-- restore, stays increasing and a resend then answers "not held".)
+if not pass(lock, fence, queue, deadlines, prefix) and v[3] then
+  redis.call('incr', fence)
+else
+  redis.call('set', marker, 0, 'px', markerTTL)
+end
 return 0
