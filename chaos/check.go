@@ -23,6 +23,7 @@ type Hold struct {
 	Released int64 // release answered
 	RelRes   string
 	Last     int64 // last event of the hold
+	invoked  bool
 	events   []Event
 }
 
@@ -74,6 +75,7 @@ const (
 	aLostUpdate     = "lost-update"
 	aNonLinear      = "not-linearizable"
 	aStuck          = "key-stuck-after-heal"
+	aLiveness       = "liveness-bound-exceeded"
 	aMalformed      = "malformed-history"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
@@ -191,7 +193,7 @@ func (r *Result) build(in Input) {
 		h.Last = max(h.Last, e.Mono)
 		switch e.Op {
 		case opInvoke:
-			h.Invoke, h.Owner = e.Mono, e.Owner
+			h.Invoke, h.Owner, h.invoked = e.Mono, e.Owner, true
 		case opAcquired:
 			h.Acquired, h.Token = e.Mono, e.Token
 		case opFail:
@@ -230,7 +232,7 @@ func (r *Result) build(in Input) {
 		}
 	}
 	for _, h := range r.holds {
-		if h.Invoke == 0 {
+		if !h.invoked {
 			r.add(aMalformed, 1) // events of a hold without its invocation
 			continue
 		}
@@ -391,11 +393,21 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 }
 
 // checkLostUpdates: two successful counter writes of the same value mean
-// one read-modify-write overwrote another.
+// one read-modify-write overwrote another (directly, or through a stale
+// writer that put an older value back in between). The lost update is
+// documented when a documented, reported overlap of the key falls between
+// the first writer's acquisition and the second writer's end.
 func (r *Result) checkLostUpdates(in Input, classes map[[2]string]string) {
 	type kv struct {
 		key string
 		v   int64
+	}
+	docOverlaps := map[string][][2]int64{} // per key: [second acquisition, first's end]
+	for ids, cls := range classes {
+		if cls == dOverlap {
+			a, b := r.holds[ids[0]], r.holds[ids[1]]
+			docOverlaps[a.Key] = append(docOverlaps[a.Key], [2]int64{b.Acquired, max(a.end(), a.Last)})
+		}
 	}
 	writers := map[kv][]*Hold{}
 	for _, h := range r.holds {
@@ -405,14 +417,19 @@ func (r *Result) checkLostUpdates(in Input, classes map[[2]string]string) {
 			}
 		}
 	}
-	for k, hs := range writers {
-		if len(hs) < 2 {
-			continue
-		}
+	for _, k := range sortedKV(writers) {
+		hs := writers[k]
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Acquired < hs[j].Acquired })
 		for i := 1; i < len(hs); i++ {
 			a, b := hs[i-1], hs[i]
-			if classes[[2]string{a.ID, b.ID}] == dOverlap {
+			documented := false
+			for _, o := range docOverlaps[k.key] {
+				if o[0] <= max(b.end(), b.Last) && o[1] >= a.Acquired {
+					documented = true
+					break
+				}
+			}
+			if documented {
 				r.Documented[dLostUpdate]++
 				continue
 			}
@@ -443,6 +460,34 @@ func (r *Result) checkLiveness(in Input) {
 		worst = max(worst, in.StopAt-last)
 	}
 	r.Info[iLivenessMaxGap] = worst / 1e6
+	if b := livenessBound(in); worst > b.Nanoseconds() {
+		r.violate(aLiveness, "", fmt.Sprintf("a key went %v without an acquisition after the faults healed; the docs bound it by %v",
+			time.Duration(worst).Round(time.Millisecond), b))
+	}
+}
+
+// livenessBound is how long the docs let a key stay unobtainable once the
+// faults have healed: a vanished holder frees it a TTL later and a vanished
+// waiter is skipped a waiter timeout (5 s by default) after it last called
+// in (lock/doc.go, redlock/doc.go); a ZooKeeper holder's node goes with its
+// session, a session timeout after the server last heard of it
+// (zklock/doc.go). Plus the clients' retry and scheduling slack.
+func livenessBound(in Input) time.Duration {
+	const waiterTimeout, slack = 5 * time.Second, 2 * time.Second
+	if in.Backend == "zk" {
+		return 2*in.Life + slack
+	}
+	return in.Life + waiterTimeout + slack
+}
+
+// sortedKV orders counter writes by key and value, for stable reports.
+func sortedKV[K interface{ comparable }, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return fmt.Sprint(ks[i]) < fmt.Sprint(ks[j]) })
+	return ks
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -48,7 +48,8 @@ type clientConfig struct {
 	proc     string
 	zkRoot   string
 	seed     uint64
-	owners   string // "call": a new owner per lock.Do; "goroutine": one per goroutine
+	owners   string        // "call": a new owner per lock.Do; "goroutine": one per goroutine
+	hold     time.Duration // a section sleeps up to this between its read and its write
 }
 
 func parseClient(args []string) (clientConfig, error) {
@@ -65,6 +66,7 @@ func parseClient(args []string) (clientConfig, error) {
 	fs.StringVar(&c.proc, "proc", "", "process name in the history")
 	fs.StringVar(&c.zkRoot, "zkroot", "/chaos", "zklock root")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the client's key choices")
+	fs.DurationVar(&c.hold, "hold", 10*time.Millisecond, "a section sleeps a random time up to this between its counter read and write")
 	fs.StringVar(&c.owners, "owners", "call", "call (a new owner per lock.Do) or goroutine (one owner per goroutine, kept across calls)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -79,8 +81,8 @@ func parseClient(args []string) (clientConfig, error) {
 		return c, errors.New("chaos client: -addrs, -resource, -out and -proc are required")
 	case c.owners != "call" && c.owners != "goroutine":
 		return c, fmt.Errorf("chaos client: -owners %q: want call or goroutine", c.owners)
-	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0:
-		return c, errors.New("chaos client: -keys, -workers, -ttl and -session must be positive")
+	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0 || c.hold < 0:
+		return c, errors.New("chaos client: -keys, -workers, -ttl and -session must be positive, -hold not negative")
 	}
 	return c, nil
 }
@@ -244,7 +246,8 @@ func (w *worker) section(ctx context.Context, a *attempt, key string) error {
 		return err
 	}
 	w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Val: v, Res: "ok"})
-	time.Sleep(time.Duration(w.rnd.IntN(3)) * time.Millisecond) // widen the window a lost update needs
+	// The work of the section: a fault that lands while it runs finds a holder.
+	time.Sleep(time.Duration(w.rnd.Int64N(int64(w.cfg.hold) + 1)))
 	w.rec.Record(Event{G: w.g, Op: opWriteInv, Key: key, Hold: a.hold, Val: v + 1})
 	err = w.res.Set(ctx, "ctr:{"+key+"}", v+1, 0).Err()
 	w.rec.Record(Event{G: w.g, Op: opWrite, Key: key, Hold: a.hold, Val: v + 1, Res: errKind(err)})

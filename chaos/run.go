@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -25,7 +26,8 @@ type runConfig struct {
 	faults  int // at most this many
 	gapMin  time.Duration
 	gapMax  time.Duration
-	owners  string // client owner mode: call or goroutine
+	owners  string                   // client owner mode: call or goroutine
+	durs    map[string]time.Duration // per backend, instead of dur
 }
 
 // profiles: short is part of make test (every fault kind at least once
@@ -33,8 +35,11 @@ type runConfig struct {
 var profiles = map[string]runConfig{
 	"short": {dur: 30 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
 		ttl: time.Second, session: 2 * time.Second, faults: 10, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond},
-	"long": {dur: 6 * time.Minute, quiet: 10 * time.Second, procs: 4, workers: 6, keys: 4,
-		ttl: time.Second, session: 2 * time.Second, faults: 90, gapMin: 1 * time.Second, gapMax: 4 * time.Second},
+	"long": {quiet: 10 * time.Second, procs: 4, workers: 4, keys: 3,
+		ttl: time.Second, session: 2 * time.Second, faults: 150, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
+		// What fits in 30 minutes on 2 cores, by each backend's throughput.
+		durs: map[string]time.Duration{"lock": 210 * time.Second, "fair": 300 * time.Second,
+			"redlock": 480 * time.Second, "zk": 600 * time.Second}},
 }
 
 var allBackends = []string{"lock", "fair", "redlock", "zk"}
@@ -50,6 +55,9 @@ func runMain(args []string) (int, error) {
 	dur := fs.Duration("dur", 0, "load phase per backend (0: the profile's)")
 	faults := fs.Int("faults", 0, "faults per backend at most (0: the profile's)")
 	owners := fs.String("owners", "call", "lock owners: call (a new one per lock.Do, the library's default) or goroutine (one per goroutine, kept across calls, as lock.WithOwner allows)")
+	procs := fs.Int("procs", 0, "client processes per run (0: the profile's)")
+	workers := fs.Int("workers", 0, "goroutines per client process (0: the profile's)")
+	keys := fs.Int("keys", 0, "hot keys (0: the profile's)")
 	out := fs.String("out", "", "directory for histories and reports (default: a new temp dir)")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -58,8 +66,17 @@ func runMain(args []string) (int, error) {
 	if !ok {
 		return 2, fmt.Errorf("unknown profile %q (short, long)", *profile)
 	}
-	if *dur < 0 || *faults < 0 {
-		return 2, errors.New("-dur and -faults must not be negative")
+	if *dur < 0 || *faults < 0 || *procs < 0 || *workers < 0 || *keys < 0 {
+		return 2, errors.New("-dur, -faults, -procs, -workers and -keys must not be negative")
+	}
+	if *procs > 0 {
+		base.procs = *procs
+	}
+	if *workers > 0 {
+		base.workers = *workers
+	}
+	if *keys > 0 {
+		base.keys = *keys
 	}
 	if *owners != "call" && *owners != "goroutine" {
 		return 2, fmt.Errorf("-owners %q: want call or goroutine", *owners)
@@ -101,6 +118,9 @@ func runMain(args []string) (int, error) {
 		cfg := base
 		cfg.backend = b
 		cfg.seed = *seed + uint64(i)
+		if d, ok := base.durs[b]; ok && *dur == 0 {
+			cfg.dur = d
+		}
 		rep, err := runOne(cfg, filepath.Join(dir, b))
 		if err != nil {
 			return 2, fmt.Errorf("%s: %w", b, err)
@@ -146,6 +166,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 	}
 	fmt.Printf("chaos: %s seed %d: %d faults planned\n", cfg.backend, cfg.seed, len(steps))
 	start := time.Now()
+	goroutines := runtime.NumGoroutine()
 	e, err := newEnv(cfg, dir)
 	if err != nil {
 		return nil, err
@@ -173,6 +194,9 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		}
 		return writeJSON(filepath.Join(dir, "resource.json"), res)
 	}(); err != nil {
+		return nil, err
+	}
+	if err := noLeak(goroutines); err != nil {
 		return nil, err
 	}
 	meta.Duration = time.Since(start).Round(time.Millisecond)
@@ -227,4 +251,20 @@ func recheck(dirs []string) (int, error) {
 		}
 	}
 	return code, nil
+}
+
+// noLeak waits up to 5 s for the goroutine count to come back to n (the
+// count before a run), and returns the stacks of the extra ones if it does
+// not: every goroutine the orchestrator starts must end with its run.
+func noLeak(n int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			return fmt.Errorf("%d goroutines left after the run (%d before):\n%s", runtime.NumGoroutine(), n, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }
