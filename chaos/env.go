@@ -122,7 +122,7 @@ func (e *env) spawn(s *slot) error {
 		"-backend", e.cfg.backend, "-addrs", strings.Join(addrs, ","),
 		"-resource", e.resource.Addr(), "-keys", strconv.Itoa(e.cfg.keys),
 		"-workers", strconv.Itoa(e.cfg.workers), "-ttl", e.cfg.ttl.String(),
-		"-session", e.cfg.session.String(), "-proc", proc, "-owners", e.cfg.owners,
+		"-session", e.cfg.session.String(), "-proc", proc, "-owners", e.cfg.owners, "-hold", e.cfg.hold.String(),
 		"-out", filepath.Join(e.dir, "hist-"+proc+".jsonl"),
 		"-seed", strconv.FormatUint(e.cfg.seed*1000+uint64(s.i*100+s.gen), 10))
 	cmd.Stdout, cmd.Stderr = logf, logf

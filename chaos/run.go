@@ -27,6 +27,7 @@ type runConfig struct {
 	gapMin  time.Duration
 	gapMax  time.Duration
 	owners  string                   // client owner mode: call or goroutine
+	hold    time.Duration            // a section's work lasts up to this
 	durs    map[string]time.Duration // per backend, instead of dur
 }
 
@@ -34,8 +35,8 @@ type runConfig struct {
 // per backend); long is make chaos.
 var profiles = map[string]runConfig{
 	"short": {dur: 30 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
-		ttl: time.Second, session: 2 * time.Second, faults: 10, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond},
-	"long": {quiet: 10 * time.Second, procs: 4, workers: 4, keys: 3,
+		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond},
+	"long": {quiet: 10 * time.Second, procs: 4, workers: 4, keys: 6, hold: 3 * time.Millisecond,
 		ttl: time.Second, session: 2 * time.Second, faults: 150, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
 		// What fits in 30 minutes on 2 cores, by each backend's throughput.
 		durs: map[string]time.Duration{"lock": 210 * time.Second, "fair": 300 * time.Second,
