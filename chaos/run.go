@@ -31,6 +31,15 @@ type runConfig struct {
 	durs    map[string]time.Duration // per backend, instead of dur
 }
 
+// durFor is the load phase of backend b: flag (if set), the profile's
+// duration for b, or the profile's duration.
+func (c runConfig) durFor(b string, flag time.Duration) time.Duration {
+	if d, ok := c.durs[b]; ok && flag == 0 {
+		return d
+	}
+	return c.dur
+}
+
 // profiles: short is part of make test (every fault kind at least once
 // per backend); long is make chaos.
 var profiles = map[string]runConfig{
@@ -89,8 +98,10 @@ func runMain(args []string) (int, error) {
 	if *faults > 0 {
 		base.faults = *faults
 	}
-	if base.dur <= base.quiet+time.Second {
-		return 2, fmt.Errorf("-dur %v: must exceed the quiet period %v by a second", base.dur, base.quiet)
+	for _, b := range allBackends {
+		if d := base.durFor(b, *dur); d <= base.quiet+time.Second {
+			return 2, fmt.Errorf("-dur %v: must exceed the quiet period %v by a second", d, base.quiet)
+		}
 	}
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano()%1_000_000) + 1
@@ -119,9 +130,7 @@ func runMain(args []string) (int, error) {
 		cfg := base
 		cfg.backend = b
 		cfg.seed = *seed + uint64(i)
-		if d, ok := base.durs[b]; ok && *dur == 0 {
-			cfg.dur = d
-		}
+		cfg.dur = base.durFor(b, *dur)
 		rep, err := runOne(cfg, filepath.Join(dir, b))
 		if err != nil {
 			return 2, fmt.Errorf("%s: %w", b, err)
