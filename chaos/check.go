@@ -370,8 +370,11 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	}
 	from := b.Acquired
 	for _, p := range r.pauses[a.Proc] {
-		if p[0] <= rep && p[1] > from && p[1] <= rep {
-			from = p[1] // the holder could not learn anything while stopped
+		// The holder could not learn anything while stopped. The pause's
+		// end is stamped after SIGCONT returned, so the holder may report
+		// before it.
+		if p[0] <= rep && p[1] > from {
+			from = max(from, min(p[1], rep))
 		}
 	}
 	if rep > from+bound {

@@ -60,6 +60,14 @@ func TestCheck(t *testing.T) {
 		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(2), End: ms(3000)}},
 			accepted:   []AcceptedWrite{{"b/0/1", 101}},
 			documented: []string{dOverlap}},
+		{name: "paused holder told before the pause's end was stamped", backend: "lock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(3000, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(2), End: ms(3001)}},
+			accepted:   []AcceptedWrite{{"b/0/1", 101}},
+			documented: []string{dOverlap}},
 		{name: "overlap without a documented fault", backend: "zk", build: func(h *hist) {
 			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
 			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
