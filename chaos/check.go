@@ -84,6 +84,7 @@ const (
 	iAmbiguousAcq   = "acquire-ambiguous"
 	iTimeouts       = "acquire-timeout"
 	iLivenessMaxGap = "liveness-max-gap-ms"
+	iDeficit        = "counter-deficit"
 )
 
 // Violation is one anomaly with the shortest excerpt of history that shows it.
@@ -413,10 +414,27 @@ func (r *Result) checkLostUpdates(in Input, classes map[[2]string]string) {
 		}
 	}
 	writers := map[kv][]*Hold{}
+	okWrites := map[string]int64{}
 	for _, h := range r.holds {
 		for _, e := range h.events {
 			if e.Op == opWrite && e.Res == "ok" {
 				writers[kv{h.Key, e.Val}] = append(writers[kv{h.Key, e.Val}], h)
+				okWrites[h.Key]++
+			}
+		}
+	}
+	// A stale write overwritten at once leaves no duplicate value, only a
+	// counter short of the number of increments that succeeded.
+	if in.Resource != nil {
+		for _, key := range sortedKeys(okWrites) {
+			deficit := okWrites[key] - in.Resource.Counter[key]
+			if deficit <= 0 {
+				continue
+			}
+			r.Info[iDeficit] += deficit
+			if len(docOverlaps[key]) == 0 {
+				r.violate(aLostUpdate, key, fmt.Sprintf("%d increments of %s succeeded, the counter holds %d, and no documented overlap explains it",
+					okWrites[key], key, in.Resource.Counter[key]))
 			}
 		}
 	}
