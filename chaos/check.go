@@ -365,31 +365,42 @@ func (r *Result) checkOverlaps(in Input) map[[2]string]string {
 }
 
 func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold) string {
-	rep := a.reportedAt()
-	if rep == 0 {
-		return aOverlapUnrep
-	}
-	from := b.Acquired
-	for _, p := range r.pauses[a.Proc] {
-		// The holder could not learn anything while stopped. The pause's
-		// end is stamped after SIGCONT returned, so the holder may report
-		// before it.
-		if p[0] <= rep && p[1] > from {
-			from = max(from, min(p[1], rep))
+	// Reported: one of the two holders saw Lost (or a release answered
+	// "not held") within the bound after the overlap began (B's
+	// acquisition), counting from its process's resumption if it was
+	// stopped meanwhile.
+	reported := false
+	for _, h := range []*Hold{a, b} {
+		rep := h.reportedAt()
+		if rep == 0 {
+			continue
+		}
+		from := b.Acquired
+		for _, p := range r.pauses[h.Proc] {
+			// The holder could not learn anything while stopped. The
+			// pause's end is stamped after SIGCONT returned, so the
+			// holder may report before it.
+			if p[0] <= rep && p[1] > from {
+				from = max(from, min(p[1], rep))
+			}
+		}
+		if rep <= from+bound {
+			reported = true
 		}
 	}
-	if rep > from+bound {
+	if !reported {
 		return aOverlapUnrep
 	}
 	window := in.Life.Nanoseconds() + bound
+	first := min(a.Invoke, b.Invoke)
 	for _, f := range in.Faults {
 		if f.Err != "" || !doc[f.Kind] {
 			continue
 		}
-		if f.Kind == fClientPause && f.Proc != a.Proc {
+		if f.Kind == fClientPause && f.Proc != a.Proc && f.Proc != b.Proc {
 			continue
 		}
-		if f.Start <= b.Acquired && f.End+window >= a.Acquired {
+		if f.Start <= b.Acquired && f.End+window >= first {
 			return dOverlap
 		}
 	}

@@ -68,6 +68,16 @@ func TestCheck(t *testing.T) {
 		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(2), End: ms(3001)}},
 			accepted:   []AcceptedWrite{{"b/0/1", 101}},
 			documented: []string{dOverlap}},
+		{name: "stopped acquirer gets an expired lease and is told at once", backend: "redlock", build: func(h *hist) {
+			h.add(0, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
+			h.section(1000, 1010, "a", "k0", "a/0/1", 101, 0, "ok")
+			h.add(1005, "b", opAcquired, "k0", "b/0/1", 100, "", 0)
+			h.add(1006, "b", opLost, "k0", "b/0/1", 100, "", 0)
+			h.add(1007, "b", opRelease, "k0", "b/0/1", 100, "", 0)
+			h.add(1008, "b", opReleased, "k0", "b/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fClientPause, Proc: "b", Start: ms(1), End: ms(1004)}},
+			accepted:   []AcceptedWrite{{"a/0/1", 101}},
+			documented: []string{dOverlap}},
 		{name: "overlap without a documented fault", backend: "zk", build: func(h *hist) {
 			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
 			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)

@@ -20,8 +20,9 @@ type mutexInput struct {
 // Acquire is legal on a free mutex and takes it; release is legal only by
 // the holder and frees it. Ambiguous outcomes are operations whose return
 // is late: a loss the holder learned of (Lost, or a release answered "not
-// held") is a release that took effect anywhere between the acquisition
-// and the report; a release that failed, or a holder that died, is a
+// held") is a release that took effect anywhere between the acquisition's
+// request (a holder stopped before its acquisition returned can get a
+// lease that had already run out) and the report; a release that failed, or a holder that died, is a
 // release that took effect by the report, the failure or the death, plus
 // the lease's life at the latest. An acquisition that failed (timeout,
 // error) never gave its caller a critical section, and whatever its
@@ -77,8 +78,8 @@ func (r *Result) checkLinearizable(in Input) {
 				Call: h.Invoke, Return: h.Acquired})
 			call, ret := h.Release, h.Released
 			switch rep := h.reportedAt(); {
-			case rep != 0:
-				call, ret = h.Acquired+1, rep
+			case rep != 0: // lost anywhere after the request went out
+				call, ret = h.Invoke+1, rep
 			case h.Release != 0 && h.RelRes == "ok":
 			case h.Release != 0 && h.Released != 0: // failed: took effect or expired
 				ret = h.Released + life
