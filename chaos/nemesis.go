@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -218,6 +219,9 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		sl := client()
 		_, _, f.Proc = sl.current()
 		f.Target = f.Proc
+		// The paused holder: wait (up to a second) until the process
+		// holds a lock, so the pause lands inside a critical section.
+		e.waitHolding(ctx, f.Proc, time.Second)
 		if err = sl.signal(syscall.SIGSTOP); err != nil {
 			return f
 		}
@@ -317,4 +321,49 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		err = fmt.Errorf("unknown fault kind %q", s.Kind)
 	}
 	return f
+}
+
+// waitHolding polls the tail of proc's history until one of its holds has
+// been acquired and not yet released or lost, or until d has passed.
+func (e *env) waitHolding(ctx context.Context, proc string, d time.Duration) bool {
+	path := filepath.Join(e.dir, "hist-"+proc+".jsonl")
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 8192)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if holding(path, buf) {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}
+
+// holding reports whether the last 8 KiB of the history at path show a hold
+// acquired and not yet given up.
+func holding(path string, buf []byte) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	off := max(st.Size()-int64(len(buf)), 0)
+	n, _ := f.ReadAt(buf, off)
+	open := map[string]bool{}
+	for _, line := range bytes.Split(buf[:n], []byte("\n")) {
+		var ev Event
+		if json.Unmarshal(line, &ev) != nil || ev.Hold == "" {
+			continue
+		}
+		switch ev.Op {
+		case opAcquired:
+			open[ev.Hold] = true
+		case opRelease, opLost:
+			delete(open, ev.Hold)
+		}
+	}
+	return len(open) > 0
 }
