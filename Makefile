@@ -1,9 +1,10 @@
 # coordkit: `make test` installs the servers (if missing), vets and runs
-# every test with the race detector against real Redis and ZooKeeper.
+# every test with the race detector against real Redis and ZooKeeper, then
+# the chaos checker's short profile (chaos/, a module of its own).
 
 GO ?= go
 
-.PHONY: deps test vet demo bench
+.PHONY: deps test vet demo bench chaos chaos-short
 
 deps:
 	./scripts/deps.sh
@@ -13,6 +14,20 @@ vet:
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) chaos-short
+
+# The chaos checker's own tests, then every lock backend in client
+# processes under a seeded nemesis, histories checked (about 3 minutes).
+# The seed (default 1) is printed; CHAOS_SEED=n draws another schedule.
+CHAOS_SEED ?= 1
+chaos-short:
+	cd chaos && $(GO) vet ./... && $(GO) vet -tags chaosbroken ./...
+	cd chaos && $(GO) test -race -count=1 ./...
+	cd chaos && $(GO) run . -profile short -seed $(CHAOS_SEED)
+
+# The long profile: at most 30 minutes on a 2-core machine. Not part of test.
+chaos: deps
+	cd chaos && $(GO) run . -profile long -seed $(CHAOS_SEED)
 
 # The main job on a fresh machine: the ticket-stock race under every strategy
 # and the withdrawal flow. Each example starts the servers it needs on

@@ -1,0 +1,532 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Hold is one lock.Do call, rebuilt from its events.
+type Hold struct {
+	ID       string
+	Proc     string
+	G        int
+	Key      string
+	Owner    string
+	Invoke   int64
+	Acquired int64 // 0: not obtained
+	Token    int64
+	Fail     string
+	Lost     int64
+	Release  int64 // release invoked
+	Released int64 // release answered
+	RelRes   string
+	Last     int64 // last event of the hold
+	invoked  bool
+	events   []Event
+}
+
+// reportedAt is when the holder learned that the hold was gone (Lost closed,
+// or the release answered "not held"), or 0.
+func (h *Hold) reportedAt() int64 {
+	at := h.Lost
+	if h.RelRes == "notheld" && (at == 0 || h.Released < at) {
+		at = h.Released
+	}
+	return at
+}
+
+// end is when the holder stopped believing it held the lock: the release's
+// invocation or the loss, whichever came first; for a process that died
+// holding, its last event.
+func (h *Hold) end() int64 {
+	switch {
+	case h.Release != 0 && h.Lost != 0:
+		return min(h.Release, h.Lost)
+	case h.Release != 0:
+		return h.Release
+	case h.Lost != 0:
+		return h.Lost
+	}
+	return h.Last
+}
+
+// Input to the checkers.
+type Input struct {
+	Backend  string
+	Life     time.Duration // TTL, or the ZooKeeper session timeout
+	Events   []Event
+	Faults   []Fault
+	Resource *Resource
+	HealedAt int64  // mono: every fault healed
+	StopAt   int64  // mono: clients told to stop
+	OutDir   string // where the visualization goes
+}
+
+// Anomaly kinds. Those in documentedKinds are counted apart when the doc
+// allows them under a fault that happened and the holder was told.
+const (
+	aStaleWrite     = "stale-write-accepted"
+	aTokenOrder     = "token-not-increasing"
+	aUnknownWriter  = "unknown-writer"
+	aOverlapUnrep   = "overlap-unreported"
+	aOverlapUndoc   = "overlap-undocumented"
+	aLostUpdate     = "lost-update"
+	aNonLinear      = "not-linearizable"
+	aStuck          = "key-stuck-after-heal"
+	aLiveness       = "liveness-bound-exceeded"
+	aMalformed      = "malformed-history"
+	dOverlap        = "overlap-documented-reported"
+	dLostUpdate     = "lost-update-documented"
+	iRefusedFresh   = "fenced-write-refused"
+	iLostHolds      = "holds-lost"
+	iAmbiguousAcq   = "acquire-ambiguous"
+	iTimeouts       = "acquire-timeout"
+	iLivenessMaxGap = "liveness-max-gap-ms"
+	iDeficit        = "counter-deficit"
+)
+
+// Violation is one anomaly with the shortest excerpt of history that shows it.
+type Violation struct {
+	Kind    string   `json:"kind"`
+	Key     string   `json:"key"`
+	What    string   `json:"what"`
+	Excerpt []string `json:"excerpt"`
+}
+
+// Result is what the checkers found.
+type Result struct {
+	Sections   int                   `json:"critical_sections"`
+	Procs      int                   `json:"processes"`
+	Anomalies  map[string]int        `json:"anomalies"`  // the doc says they cannot happen
+	Documented map[string]int        `json:"documented"` // allowed by the doc, and reported as it promises
+	Info       map[string]int64      `json:"info"`
+	Linear     map[string]string     `json:"linearizable"` // per key: Ok, Illegal, Unknown
+	Violations []Violation           `json:"violations,omitempty"`
+	holds      map[string]*Hold      // by id
+	byKey      map[string][]*Hold    // acquired holds per key, by Acquired
+	pauses     map[string][][2]int64 // client pauses per process
+	procEnd    map[string]int64      // last event (or kill) per process
+}
+
+func (r *Result) add(kind string, n int) { r.Anomalies[kind] += n }
+
+func (r *Result) violate(kind, key, what string, hs ...*Hold) {
+	r.add(kind, 1)
+	if perKind := r.countViolations(kind); perKind >= 3 {
+		return
+	}
+	r.Violations = append(r.Violations, Violation{Kind: kind, Key: key, What: what, Excerpt: excerpt(hs...)})
+}
+
+func (r *Result) countViolations(kind string) int {
+	n := 0
+	for _, v := range r.Violations {
+		if v.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// excerpt is every event of the given holds, in time order, stamped with
+// milliseconds from the first.
+func excerpt(hs ...*Hold) []string {
+	var evs []Event
+	for _, h := range hs {
+		if h != nil {
+			evs = append(evs, h.events...)
+		}
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Mono < evs[j].Mono })
+	var out []string
+	for _, e := range evs {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%+9.3fms %-6s %-8s %-9s %s", float64(e.Mono-evs[0].Mono)/1e6, e.Proc, e.Op, e.Key, e.Hold)
+		if e.Token != 0 {
+			fmt.Fprintf(&b, " tok=%d", e.Token)
+		}
+		if e.Op == opRead || e.Op == opWrite || e.Op == opWriteInv {
+			fmt.Fprintf(&b, " v=%d", e.Val)
+		}
+		if e.Res != "" {
+			fmt.Fprintf(&b, " %s", e.Res)
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// Check runs every checker on in.
+func Check(in Input) *Result {
+	r := &Result{Anomalies: map[string]int{}, Documented: map[string]int{}, Info: map[string]int64{},
+		Linear: map[string]string{}, holds: map[string]*Hold{}, byKey: map[string][]*Hold{},
+		pauses: map[string][][2]int64{}, procEnd: map[string]int64{}}
+	r.build(in)
+	r.checkTokens()
+	r.checkStaleWrites(in)
+	pairs := r.checkOverlaps(in)
+	r.checkLostUpdates(in, pairs)
+	r.checkLinearizable(in)
+	r.checkLiveness(in)
+	return r
+}
+
+func (r *Result) build(in Input) {
+	procs := map[string]bool{}
+	for _, e := range in.Events {
+		procs[e.Proc] = true
+		r.procEnd[e.Proc] = max(r.procEnd[e.Proc], e.Mono)
+		if e.Hold == "" {
+			continue
+		}
+		h := r.holds[e.Hold]
+		if h == nil {
+			h = &Hold{ID: e.Hold, Proc: e.Proc, G: e.G, Key: e.Key}
+			r.holds[e.Hold] = h
+		}
+		if h.Key != e.Key || h.Proc != e.Proc {
+			r.add(aMalformed, 1)
+			continue
+		}
+		h.events = append(h.events, e)
+		h.Last = max(h.Last, e.Mono)
+		switch e.Op {
+		case opInvoke:
+			h.Invoke, h.Owner, h.invoked = e.Mono, e.Owner, true
+		case opAcquired:
+			h.Acquired, h.Token = e.Mono, e.Token
+		case opFail:
+			h.Fail = e.Res
+			switch {
+			case e.Res == "timeout" || e.Res == "notobtained":
+				r.Info[iTimeouts]++
+			default:
+				r.Info[iAmbiguousAcq]++
+			}
+		case opLost:
+			if h.Lost == 0 {
+				h.Lost = e.Mono
+				r.Info[iLostHolds]++
+			}
+		case opRelease:
+			h.Release = e.Mono
+		case opReleased:
+			h.Released, h.RelRes = e.Mono, e.Res
+		case opCAS:
+			if e.Res == "refused" {
+				r.Info[iRefusedFresh]++
+			}
+		}
+	}
+	r.Procs = len(procs)
+	for _, f := range in.Faults {
+		if f.Err != "" || f.Proc == "" {
+			continue
+		}
+		switch f.Kind {
+		case fClientPause:
+			r.pauses[f.Proc] = append(r.pauses[f.Proc], [2]int64{f.Start, f.End})
+		case fClientKill:
+			r.procEnd[f.Proc] = max(r.procEnd[f.Proc], f.End)
+		}
+	}
+	for _, h := range r.holds {
+		if !h.invoked {
+			r.add(aMalformed, 1) // events of a hold without its invocation
+			continue
+		}
+		if h.Acquired != 0 {
+			r.Sections++
+			r.byKey[h.Key] = append(r.byKey[h.Key], h)
+		}
+	}
+	for _, hs := range r.byKey {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Acquired < hs[j].Acquired })
+	}
+}
+
+// checkTokens: every fresh acquisition's token is larger than the tokens of
+// all acquisitions of its key that completed before it began.
+func (r *Result) checkTokens() {
+	for key, hs := range r.byKey {
+		byInvoke := append([]*Hold(nil), hs...)
+		sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].Invoke < byInvoke[j].Invoke })
+		var best *Hold // largest token among holds acquired so far
+		i := 0
+		for _, b := range byInvoke {
+			for ; i < len(hs) && hs[i].Acquired < b.Invoke; i++ {
+				if best == nil || hs[i].Token > best.Token {
+					best = hs[i]
+				}
+			}
+			if best != nil && b.Token <= best.Token {
+				r.violate(aTokenOrder, key, fmt.Sprintf("%s got token %d after %s had completed with token %d",
+					b.ID, b.Token, best.ID, best.Token), best, b)
+			}
+		}
+	}
+}
+
+// checkStaleWrites: no fenced write accepted after a write of a newer hold
+// (one whose acquisition began after the writer's had completed).
+func (r *Result) checkStaleWrites(in Input) {
+	if in.Resource == nil {
+		return
+	}
+	keys := make([]string, 0, len(in.Resource.Accepted))
+	for k := range in.Resource.Accepted {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		var newest *Hold // accepted so far, with the latest invocation
+		for _, w := range in.Resource.Accepted[key] {
+			h := r.holds[w.Hold]
+			if h == nil || h.Acquired == 0 || h.Token != w.Token {
+				r.violate(aUnknownWriter, key, fmt.Sprintf("accepted write of %s (token %d) matches no acquisition", w.Hold, w.Token))
+				continue
+			}
+			if newest != nil && newest.Invoke > h.Acquired {
+				r.violate(aStaleWrite, key, fmt.Sprintf("%s (token %d) wrote after %s (token %d), which began to acquire after %s held",
+					h.ID, h.Token, newest.ID, newest.Token, h.ID), newest, h)
+			}
+			if newest == nil || h.Invoke > newest.Invoke {
+				newest = h
+			}
+		}
+	}
+}
+
+// documentedFaults are the faults under which a backend's doc says two
+// holders can overlap (the old one told by Lost, within reportBound).
+func documentedFaults(backend string) map[string]bool {
+	switch backend {
+	case "lock", "fair":
+		return map[string]bool{fRestartNoData: true, fRestartSnapshot: true, fClientPause: true}
+	case "redlock":
+		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true}
+	case "zk":
+		return map[string]bool{fClientPause: true}
+	}
+	return nil
+}
+
+// reportSlack covers scheduling delays of loaded client processes.
+const reportSlack = 750 * time.Millisecond
+
+// reportBound is how long after the other holder's acquisition (or after the
+// holder's process resumed) the doc lets Lost take: the Redis locks renew
+// every TTL/3 (lock/doc.go, redlock/doc.go); zklock reports the loss before
+// another client can hold the lock (zklock/doc.go), so only a paused holder
+// learns late, when it runs again.
+func reportBound(in Input) time.Duration {
+	if in.Backend == "zk" {
+		return reportSlack
+	}
+	return in.Life/3 + reportSlack
+}
+
+type pair struct{ a, b *Hold }
+
+// checkOverlaps finds every pair of holds of one key whose belief intervals
+// overlap, and classifies it.
+func (r *Result) checkOverlaps(in Input) map[[2]string]string {
+	classes := map[[2]string]string{}
+	doc := documentedFaults(in.Backend)
+	bound := reportBound(in).Nanoseconds()
+	keys := sortedKeys(r.byKey)
+	for _, key := range keys {
+		hs := r.byKey[key]
+		var active []*Hold
+		for _, b := range hs {
+			keep := active[:0]
+			for _, a := range active {
+				if a.end() > b.Acquired {
+					keep = append(keep, a)
+				}
+			}
+			active = keep
+			for _, a := range active {
+				cls := r.classify(in, doc, bound, a, b)
+				classes[[2]string{a.ID, b.ID}] = cls
+				if cls == dOverlap {
+					r.Documented[dOverlap]++
+					continue
+				}
+				r.violate(cls, key, fmt.Sprintf("%s (token %d) held %s while %s (token %d) acquired it",
+					a.ID, a.Token, key, b.ID, b.Token), a, b)
+			}
+			active = append(active, b)
+		}
+	}
+	return classes
+}
+
+func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold) string {
+	// Reported: one of the two holders saw Lost (or a release answered
+	// "not held") within the bound after the overlap began (B's
+	// acquisition), counting from its process's resumption if it was
+	// stopped meanwhile.
+	reported := false
+	for _, h := range []*Hold{a, b} {
+		rep := h.reportedAt()
+		if rep == 0 {
+			continue
+		}
+		from := b.Acquired
+		for _, p := range r.pauses[h.Proc] {
+			// The holder could not learn anything while stopped. The
+			// pause's end is stamped after SIGCONT returned, so the
+			// holder may report before it.
+			if p[0] <= rep && p[1] > from {
+				from = max(from, min(p[1], rep))
+			}
+		}
+		if rep <= from+bound {
+			reported = true
+		}
+	}
+	if !reported {
+		return aOverlapUnrep
+	}
+	window := in.Life.Nanoseconds() + bound
+	first := min(a.Invoke, b.Invoke)
+	for _, f := range in.Faults {
+		if f.Err != "" || !doc[f.Kind] {
+			continue
+		}
+		if f.Kind == fClientPause && f.Proc != a.Proc && f.Proc != b.Proc {
+			continue
+		}
+		if f.Start <= b.Acquired && f.End+window >= first {
+			return dOverlap
+		}
+	}
+	return aOverlapUndoc
+}
+
+// checkLostUpdates: two successful counter writes of the same value mean
+// one read-modify-write overwrote another (directly, or through a stale
+// writer that put an older value back in between). The lost update is
+// documented when a documented, reported overlap of the key falls between
+// the first writer's acquisition and the second writer's end.
+func (r *Result) checkLostUpdates(in Input, classes map[[2]string]string) {
+	type kv struct {
+		key string
+		v   int64
+	}
+	docOverlaps := map[string][][2]int64{} // per key: [second acquisition, first's end]
+	for ids, cls := range classes {
+		if cls == dOverlap {
+			a, b := r.holds[ids[0]], r.holds[ids[1]]
+			docOverlaps[a.Key] = append(docOverlaps[a.Key], [2]int64{b.Acquired, max(a.end(), a.Last)})
+		}
+	}
+	writers := map[kv][]*Hold{}
+	okWrites := map[string]int64{}
+	for _, h := range r.holds {
+		for _, e := range h.events {
+			if e.Op == opWrite && e.Res == "ok" {
+				writers[kv{h.Key, e.Val}] = append(writers[kv{h.Key, e.Val}], h)
+				okWrites[h.Key]++
+			}
+		}
+	}
+	// A stale write overwritten at once leaves no duplicate value, only a
+	// counter short of the number of increments that succeeded.
+	if in.Resource != nil {
+		for _, key := range sortedKeys(okWrites) {
+			deficit := okWrites[key] - in.Resource.Counter[key]
+			if deficit <= 0 {
+				continue
+			}
+			r.Info[iDeficit] += deficit
+			if len(docOverlaps[key]) == 0 {
+				r.violate(aLostUpdate, key, fmt.Sprintf("%d increments of %s succeeded, the counter holds %d, and no documented overlap explains it",
+					okWrites[key], key, in.Resource.Counter[key]))
+			}
+		}
+	}
+	for _, k := range sortedKV(writers) {
+		hs := writers[k]
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Acquired < hs[j].Acquired })
+		for i := 1; i < len(hs); i++ {
+			a, b := hs[i-1], hs[i]
+			documented := false
+			for _, o := range docOverlaps[k.key] {
+				if o[0] <= max(b.end(), b.Last) && o[1] >= a.Acquired {
+					documented = true
+					break
+				}
+			}
+			if documented {
+				r.Documented[dLostUpdate]++
+				continue
+			}
+			r.violate(aLostUpdate, k.key, fmt.Sprintf("%s and %s both wrote counter value %d", a.ID, b.ID, k.v), a, b)
+		}
+	}
+}
+
+// checkLiveness: after the faults healed, the longest time a key went
+// without a new acquisition; a key never obtained again is stuck.
+func (r *Result) checkLiveness(in Input) {
+	if in.HealedAt == 0 || in.StopAt <= in.HealedAt {
+		return
+	}
+	var worst int64
+	for key, hs := range r.byKey {
+		last := in.HealedAt
+		for _, h := range hs {
+			if h.Acquired > in.HealedAt && h.Acquired <= in.StopAt {
+				worst = max(worst, h.Acquired-last)
+				last = h.Acquired
+			}
+		}
+		if last == in.HealedAt {
+			r.violate(aStuck, key, fmt.Sprintf("%s not obtained in the %v after the faults healed", key,
+				time.Duration(in.StopAt-in.HealedAt).Round(time.Millisecond)))
+		}
+		worst = max(worst, in.StopAt-last)
+	}
+	r.Info[iLivenessMaxGap] = worst / 1e6
+	if b := livenessBound(in); worst > b.Nanoseconds() {
+		r.violate(aLiveness, "", fmt.Sprintf("a key went %v without an acquisition after the faults healed; the docs bound it by %v",
+			time.Duration(worst).Round(time.Millisecond), b))
+	}
+}
+
+// livenessBound is how long the docs let a key stay unobtainable once the
+// faults have healed: a vanished holder frees it a TTL later and a vanished
+// waiter is skipped a waiter timeout (5 s by default) after it last called
+// in (lock/doc.go, redlock/doc.go); a ZooKeeper holder's node goes with its
+// session, a session timeout after the server last heard of it
+// (zklock/doc.go). Plus the clients' retry and scheduling slack.
+func livenessBound(in Input) time.Duration {
+	const waiterTimeout, slack = 5 * time.Second, 2 * time.Second
+	if in.Backend == "zk" {
+		return 2*in.Life + slack
+	}
+	return in.Life + waiterTimeout + slack
+}
+
+// sortedKV orders counter writes by key and value, for stable reports.
+func sortedKV[K interface{ comparable }, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return fmt.Sprint(ks[i]) < fmt.Sprint(ks[j]) })
+	return ks
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hist builds a history from compact steps: each step is an event at a
+// time in milliseconds.
+type hist struct{ evs []Event }
+
+func (h *hist) add(ms int64, proc, op, key, hold string, tok int64, res string, val int64) {
+	h.evs = append(h.evs, Event{Proc: proc, Op: op, Key: key, Hold: hold, Token: tok, Res: res, Val: val,
+		Mono: ms * 1e6, Wall: ms * 1e6})
+}
+
+// section adds a complete lock.Do: invoke at t, acquired at t+1, fenced
+// write, counter read of v and write of v+1, release at end.
+func (h *hist) section(t, end int64, proc, key, hold string, tok int64, v int64, relRes string) {
+	h.add(t, proc, opInvoke, key, hold, 0, "", 0)
+	h.add(t+1, proc, opAcquired, key, hold, tok, "", 0)
+	h.add(t+2, proc, opCASInv, key, hold, tok, "", 0)
+	h.add(t+2, proc, opCAS, key, hold, tok, "ok", 0)
+	h.add(t+3, proc, opRead, key, hold, 0, "ok", v)
+	h.add(t+3, proc, opWrite, key, hold, 0, "ok", v+1)
+	h.add(end, proc, opRelease, key, hold, tok, "", 0)
+	h.add(end+1, proc, opReleased, key, hold, tok, relRes, 0)
+}
+
+func TestCheck(t *testing.T) {
+	ms := func(n int64) int64 { return n * 1e6 }
+	tests := []struct {
+		name       string
+		backend    string
+		build      func(h *hist)
+		faults     []Fault
+		accepted   []AcceptedWrite
+		anomalies  []string
+		documented []string
+	}{
+		{name: "sequential holds", backend: "lock", build: func(h *hist) {
+			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 1, "ok")
+		}, accepted: []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 101}}},
+		{name: "unreported overlap", backend: "lock", build: func(h *hist) {
+			h.section(0, 50, "a", "k0", "a/0/1", 100, 0, "ok")
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+		}, accepted: []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 101}},
+			anomalies: []string{aOverlapUnrep, aLostUpdate, aNonLinear}},
+		{name: "paused holder told on resume", backend: "lock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(2000, 2010, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(3100, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.add(3101, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(3102, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(2), End: ms(3000)}},
+			accepted:   []AcceptedWrite{{"b/0/1", 101}},
+			documented: []string{dOverlap}},
+		{name: "paused holder told before the pause's end was stamped", backend: "lock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(3000, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(2), End: ms(3001)}},
+			accepted:   []AcceptedWrite{{"b/0/1", 101}},
+			documented: []string{dOverlap}},
+		{name: "stopped acquirer gets an expired lease and is told at once", backend: "redlock", build: func(h *hist) {
+			h.add(0, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
+			h.section(1000, 1010, "a", "k0", "a/0/1", 101, 0, "ok")
+			h.add(1005, "b", opAcquired, "k0", "b/0/1", 100, "", 0)
+			h.add(1006, "b", opLost, "k0", "b/0/1", 100, "", 0)
+			h.add(1007, "b", opRelease, "k0", "b/0/1", 100, "", 0)
+			h.add(1008, "b", opReleased, "k0", "b/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fClientPause, Proc: "b", Start: ms(1), End: ms(1004)}},
+			accepted:   []AcceptedWrite{{"a/0/1", 101}},
+			documented: []string{dOverlap}},
+		{name: "overlap without a documented fault", backend: "zk", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(40, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, accepted: []AcceptedWrite{{"b/0/1", 101}}, anomalies: []string{aOverlapUndoc}},
+		{name: "token regression", backend: "lock", build: func(h *hist) {
+			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
+			h.section(20, 30, "b", "k0", "b/0/1", 90, 1, "ok")
+		}, accepted: []AcceptedWrite{{"a/0/1", 100}}, anomalies: []string{aTokenOrder}},
+		{name: "stale write accepted", backend: "lock", build: func(h *hist) {
+			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 1, "ok")
+		}, accepted: []AcceptedWrite{{"b/0/1", 101}, {"a/0/1", 100}}, anomalies: []string{aStaleWrite}},
+		{name: "unknown writer", backend: "lock", build: func(h *hist) {
+			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
+		}, accepted: []AcceptedWrite{{"x/0/1", 100}}, anomalies: []string{aUnknownWriter}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h hist
+			tt.build(&h)
+			final := int64(0)
+			for _, e := range h.evs {
+				if e.Op == opWrite && e.Res == "ok" {
+					final = max(final, e.Val)
+				}
+			}
+			r := Check(Input{Backend: tt.backend, Life: time.Second, Events: h.evs, Faults: tt.faults,
+				Resource: &Resource{Accepted: map[string][]AcceptedWrite{"k0": tt.accepted}, Counter: map[string]int64{"k0": final}}})
+			assertKinds(t, "anomaly", r.Anomalies, tt.anomalies)
+			assertKinds(t, "documented", r.Documented, tt.documented)
+			for _, v := range r.Violations {
+				if v.Kind != aNonLinear && len(v.Excerpt) == 0 && v.Kind != aUnknownWriter && !strings.Contains(v.What, "the counter holds") {
+					t.Errorf("%s without an excerpt", v.Kind)
+				}
+			}
+		})
+	}
+}
+
+func assertKinds(t *testing.T, what string, got map[string]int, want []string) {
+	t.Helper()
+	w := map[string]bool{}
+	for _, k := range want {
+		w[k] = true
+		if got[k] == 0 {
+			t.Errorf("%s %s not found (got %v)", what, k, got)
+		}
+	}
+	for k, n := range got {
+		if n > 0 && !w[k] {
+			t.Errorf("unexpected %s %s ×%d", what, k, n)
+		}
+	}
+}
+
+func TestReadHistoriesTornTail(t *testing.T) {
+	dir := t.TempDir()
+	good := `{"p":"a","op":"start","wall":1,"mono":1}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "hist-a.jsonl"), []byte(good+`{"p":"a","op":"inv`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := ReadHistories(dir)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("torn tail: %v events, %v", len(evs), err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hist-b.jsonl"), []byte("garbage\n"+good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHistories(dir); err == nil {
+		t.Fatal("a malformed line before the tail was accepted")
+	}
+	if _, err := ReadHistories(t.TempDir()); err == nil {
+		t.Fatal("an empty directory was accepted")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"-profile", "medium"},
+		{"-backend", "etcd"},
+		{"-dur", "-1s"},
+		{"-owners", "nobody"},
+		{"check"},
+		{"-dur", "2s"},
+	} {
+		if code, err := runMain(args); err == nil || code == 0 {
+			t.Errorf("runMain(%q) = %d, %v; want an error", args, code, err)
+		}
+	}
+	for _, args := range [][]string{
+		{},
+		{"-backend", "lock"},
+		{"-backend", "nosuch", "-addrs", "x", "-resource", "y", "-out", "z", "-proc", "p"},
+		{"-backend", "lock", "-addrs", "x", "-resource", "y", "-out", "z", "-proc", "p", "-workers", "0"},
+	} {
+		if _, err := parseClient(args); err == nil {
+			t.Errorf("parseClient(%q) accepted", args)
+		}
+	}
+	if _, err := checkDir(t.TempDir()); err == nil || !strings.Contains(err.Error(), "run.json") {
+		t.Errorf("checkDir of an empty dir: %v", err)
+	}
+}
+
+func TestPlanIsSeeded(t *testing.T) {
+	for _, b := range allBackends {
+		cfg := profiles["short"]
+		cfg.backend, cfg.seed = b, 42
+		p1, p2 := plan(cfg), plan(cfg)
+		if len(p1) != cfg.faults {
+			t.Fatalf("%s: %d steps, want %d", b, len(p1), cfg.faults)
+		}
+		seen := map[string]bool{}
+		for i := range p1 {
+			if p1[i] != p2[i] {
+				t.Fatalf("%s: step %d differs for one seed: %+v %+v", b, i, p1[i], p2[i])
+			}
+			seen[p1[i].Kind] = true
+		}
+		for _, k := range faultKinds(b) {
+			if !seen[k] {
+				t.Errorf("%s: fault kind %s not planned", b, k)
+			}
+		}
+	}
+}

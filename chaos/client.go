@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
+	"github.com/coordkit/coordkit/zklock"
+)
+
+// casScript is the protected resource's fenced write.
+//
+// KEYS[1] the last accepted token of the key, KEYS[2] the list of accepted
+// writes ("hold token", in acceptance order).
+// ARGV[1] the writer's token, ARGV[2] its hold id.
+// Returns 1 if accepted (token larger than the last accepted), else 0.
+//
+//go:embed cas.lua
+var casLua string
+
+var casScript = redis.NewScript(casLua)
+
+// clientConfig is what the orchestrator passes to a client process.
+type clientConfig struct {
+	backend  string
+	addrs    []string // lock servers (through this slot's proxies)
+	resource string   // the protected resource's Redis, never faulted
+	keys     int
+	workers  int
+	ttl      time.Duration
+	session  time.Duration // zklock session timeout
+	out      string
+	proc     string
+	zkRoot   string
+	seed     uint64
+	owners   string        // "call": a new owner per lock.Do; "goroutine": one per goroutine
+	hold     time.Duration // a section sleeps up to this between its read and its write
+}
+
+func parseClient(args []string) (clientConfig, error) {
+	var c clientConfig
+	fs := flag.NewFlagSet("client", flag.ContinueOnError)
+	fs.StringVar(&c.backend, "backend", "", "lock, fair, redlock or zk")
+	addrs := fs.String("addrs", "", "comma-separated lock server addresses")
+	fs.StringVar(&c.resource, "resource", "", "protected resource Redis address")
+	fs.IntVar(&c.keys, "keys", 3, "hot keys")
+	fs.IntVar(&c.workers, "workers", 4, "goroutines")
+	fs.DurationVar(&c.ttl, "ttl", time.Second, "lease TTL (Redis backends)")
+	fs.DurationVar(&c.session, "session", 2*time.Second, "ZooKeeper session timeout")
+	fs.StringVar(&c.out, "out", "", "history file")
+	fs.StringVar(&c.proc, "proc", "", "process name in the history")
+	fs.StringVar(&c.zkRoot, "zkroot", "/chaos", "zklock root")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the client's key choices")
+	fs.DurationVar(&c.hold, "hold", 10*time.Millisecond, "a section sleeps a random time up to this between its counter read and write")
+	fs.StringVar(&c.owners, "owners", "call", "call (a new owner per lock.Do) or goroutine (one owner per goroutine, kept across calls)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if *addrs != "" {
+		c.addrs = strings.Split(*addrs, ",")
+	}
+	switch {
+	case !validBackend(c.backend):
+		return c, fmt.Errorf("chaos client: unknown backend %q", c.backend)
+	case len(c.addrs) == 0, c.resource == "", c.out == "", c.proc == "":
+		return c, errors.New("chaos client: -addrs, -resource, -out and -proc are required")
+	case c.owners != "call" && c.owners != "goroutine":
+		return c, fmt.Errorf("chaos client: -owners %q: want call or goroutine", c.owners)
+	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0 || c.hold < 0:
+		return c, errors.New("chaos client: -keys, -workers, -ttl and -session must be positive, -hold not negative")
+	}
+	return c, nil
+}
+
+func validBackend(b string) bool {
+	switch b {
+	case "lock", "fair", "redlock", "zk":
+		return true
+	}
+	return false
+}
+
+// runClient is a client process: workers goroutines run lock.Do on random
+// hot keys until SIGTERM (or SIGINT), recording every step.
+func runClient(args []string) error {
+	cfg, err := parseClient(args)
+	if err != nil {
+		return err
+	}
+	rec, err := NewRecorder(cfg.out, cfg.proc)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	rec.Record(Event{Op: opStart, Res: fmt.Sprintf("pid %d", os.Getpid())})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	locker, closeLocker, err := dialLocker(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeLocker()
+	res := redis.NewClient(&redis.Options{Addr: cfg.resource})
+	defer res.Close()
+
+	var wg sync.WaitGroup
+	for g := range cfg.workers {
+		wg.Add(1)
+		go func() { // owned by runClient: ends when ctx ends
+			defer wg.Done()
+			w := &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(locker), res: res,
+				rnd: rand.New(rand.NewPCG(cfg.seed, uint64(g)))}
+			w.loop(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// dialLocker builds the backend's Locker over cfg.addrs.
+func dialLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), error) {
+	switch cfg.backend {
+	case "lock", "fair":
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.addrs[0]})
+		var opts []lock.ClientOption
+		if cfg.backend == "fair" {
+			opts = append(opts, lock.WithFair())
+		}
+		c := lock.New(rdb, opts...)
+		return c, func() { c.Close(); rdb.Close() }, nil
+	case "redlock":
+		var masters []redis.UniversalClient
+		for _, a := range cfg.addrs {
+			masters = append(masters, redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true}))
+		}
+		closeAll := func() {
+			for _, m := range masters {
+				m.Close()
+			}
+		}
+		c, err := redlock.New(masters)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		return c, func() { c.Close(); closeAll() }, nil
+	case "zk":
+		conn, events, err := zk.Connect(cfg.addrs, cfg.session, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+		if err != nil {
+			return nil, nil, err
+		}
+		go func() { // drains the event channel; ends when conn is closed
+			for range events {
+			}
+		}()
+		c, err := zklock.New(conn, zklock.WithRoot(cfg.zkRoot), zklock.WithSessionTimeout(cfg.session))
+		if err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
+		return c, func() { c.Close(); conn.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("chaos client: unknown backend %q", cfg.backend)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+type worker struct {
+	cfg    clientConfig
+	g      int
+	rec    *Recorder
+	locker lock.Locker
+	res    *redis.Client
+	rnd    *rand.Rand
+	n      int
+}
+
+// obtainTimeout bounds each lock.Do's wait for the lock.
+const obtainTimeout = 4 * time.Second
+
+func (w *worker) loop(ctx context.Context) {
+	owner := fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
+	for ctx.Err() == nil {
+		if w.cfg.owners == "call" {
+			owner = fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
+		}
+		key := fmt.Sprintf("k%d", w.rnd.IntN(w.cfg.keys))
+		w.n++
+		hold := fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n)
+		a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: hold, owner: owner}
+		var opts []lock.Option
+		if w.cfg.backend != "zk" {
+			opts = append(opts, lock.WithTTL(w.cfg.ttl))
+		}
+		actx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
+		lock.Do(actx, a, key, func(fctx context.Context) error {
+			return w.section(fctx, a, key)
+		}, opts...)
+		cancel()
+		a.wait()
+	}
+}
+
+// section is the critical section: one fenced write, then a non-atomic
+// read-modify-write of the key's counter, both on the resource.
+func (w *worker) section(ctx context.Context, a *attempt, key string) error {
+	tok := a.lease.Token()
+	w.rec.Record(Event{G: w.g, Op: opCASInv, Key: key, Hold: a.hold, Token: tok})
+	n, err := casScript.Run(ctx, w.res, []string{"fence:{" + key + "}", "log:{" + key + "}"}, tok, a.hold).Int()
+	res := "refused"
+	switch {
+	case err != nil:
+		res = errKind(err)
+	case n == 1:
+		res = "ok"
+	}
+	w.rec.Record(Event{G: w.g, Op: opCAS, Key: key, Hold: a.hold, Token: tok, Res: res})
+	if err != nil {
+		return err
+	}
+	v, err := w.res.Get(ctx, "ctr:{"+key+"}").Int64()
+	if errors.Is(err, redis.Nil) {
+		v, err = 0, nil
+	}
+	if err != nil {
+		w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Res: errKind(err)})
+		return err
+	}
+	w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Val: v, Res: "ok"})
+	// The work of the section: a fault that lands while it runs finds a holder.
+	time.Sleep(time.Duration(w.rnd.Int64N(int64(w.cfg.hold) + 1)))
+	w.rec.Record(Event{G: w.g, Op: opWriteInv, Key: key, Hold: a.hold, Val: v + 1})
+	err = w.res.Set(ctx, "ctr:{"+key+"}", v+1, 0).Err()
+	w.rec.Record(Event{G: w.g, Op: opWrite, Key: key, Hold: a.hold, Val: v + 1, Res: errKind(err)})
+	return err
+}
+
+// attempt is the Locker that one lock.Do call sees: it records the
+// acquisition, and its lease records the loss and the release.
+type attempt struct {
+	inner    lock.Locker
+	rec      *Recorder
+	g        int
+	hold     string
+	owner    string
+	lease    lock.Lease // set by Obtain
+	key      string
+	done     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
+	lostSeen atomic.Bool
+}
+
+func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	a.rec.Record(Event{G: a.g, Op: opInvoke, Key: key, Hold: a.hold, Owner: a.owner})
+	l, err := a.inner.Obtain(ctx, key, opts...)
+	if err != nil {
+		a.rec.Record(Event{G: a.g, Op: opFail, Key: key, Hold: a.hold, Res: errKind(err,
+			errName{context.DeadlineExceeded, "timeout"},
+			errName{lock.ErrNotObtained, "notobtained"})})
+		return nil, err
+	}
+	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner})
+	a.lease = l
+	a.key = key
+	a.done = make(chan struct{})
+	a.wg.Add(1)
+	go func() { // owned by the attempt: ends at the loss or when stopWatch is called
+		defer a.wg.Done()
+		select {
+		case <-l.Lost():
+			a.recordLost()
+		case <-a.done:
+		}
+	}()
+	return &recLease{Lease: l, a: a}, nil
+}
+
+// recordLost records the loss once.
+func (a *attempt) recordLost() {
+	if a.lostSeen.CompareAndSwap(false, true) {
+		a.rec.Record(Event{G: a.g, Op: opLost, Key: a.key, Hold: a.hold, Token: a.lease.Token()})
+	}
+}
+
+// stopWatch stops the loss watcher and records a loss it has not recorded
+// yet (a lease's Lost may close during its release).
+func (a *attempt) stopWatch() {
+	if a.done == nil {
+		return
+	}
+	a.once.Do(func() { close(a.done) })
+	a.wg.Wait()
+	select {
+	case <-a.lease.Lost():
+		a.recordLost()
+	default:
+	}
+}
+
+func (a *attempt) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	return nil, errors.New("chaos: TryObtain is not used")
+}
+
+// wait stops the loss watcher after lock.Do has returned.
+func (a *attempt) wait() { a.stopWatch() }
+
+type recLease struct {
+	lock.Lease
+	a *attempt
+}
+
+func (l *recLease) Release(ctx context.Context) error {
+	l.a.stopWatch() // a loss before the release is recorded before it
+	l.a.rec.Record(Event{G: l.a.g, Op: opRelease, Key: l.Key(), Hold: l.a.hold, Token: l.Token()})
+	err := l.Lease.Release(ctx)
+	l.a.rec.Record(Event{G: l.a.g, Op: opReleased, Key: l.Key(), Hold: l.a.hold, Token: l.Token(),
+		Res: errKind(err, errName{lock.ErrNotHeld, "notheld"})})
+	return err
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Event is one line of a client's history file. Mono is CLOCK_MONOTONIC in
+// nanoseconds: the clock is system-wide on Linux, so events of different
+// processes on the machine compare by it; Wall is for people.
+type Event struct {
+	Proc  string `json:"p"`              // process incarnation, e.g. "s1.2" (slot 1, second process)
+	G     int    `json:"g"`              // goroutine within the process
+	Op    string `json:"op"`             // see the op constants
+	Key   string `json:"key,omitempty"`  // lock key
+	Hold  string `json:"hold,omitempty"` // hold id: proc/g/n, one per lock.Do call
+	Token int64  `json:"tok,omitempty"`  // fencing token (acquired, write)
+	Owner string `json:"owner,omitempty"`
+	Res   string `json:"res,omitempty"` // result: ok, refused, notheld, timeout, error: …
+	Val   int64  `json:"v,omitempty"`   // counter value read or written
+	Wall  int64  `json:"wall"`
+	Mono  int64  `json:"mono"`
+}
+
+// Ops in a history. A lock.Do call writes invoke, then acquired or fail;
+// inside the section cas (fenced write: invoke and answer as two events
+// casinv and cas), read, write; then release and released; lost whenever
+// the lease's Lost channel closes before the release.
+const (
+	opInvoke   = "invoke"
+	opAcquired = "acquired"
+	opFail     = "fail"
+	opCASInv   = "casinv"
+	opCAS      = "cas"
+	opRead     = "read"
+	opWriteInv = "writeinv"
+	opWrite    = "write"
+	opLost     = "lost"
+	opRelease  = "release"
+	opReleased = "released"
+	opStart    = "start" // first line of a process's history
+)
+
+// monoNow reads CLOCK_MONOTONIC.
+func monoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return time.Now().UnixNano() // cannot happen on Linux; keeps ordering within a process
+	}
+	return ts.Nano()
+}
+
+// Recorder appends events to one history file, one write(2) per line, so a
+// process killed with SIGKILL loses no event it recorded. Safe for
+// concurrent use.
+type Recorder struct {
+	proc string
+	mu   sync.Mutex // protects f
+	f    *os.File
+}
+
+// NewRecorder creates (or appends to) the history file at path.
+func NewRecorder(path, proc string) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &Recorder{proc: proc, f: f}, nil
+}
+
+// Record stamps e with the process and both clocks and appends it.
+func (r *Recorder) Record(e Event) Event {
+	e.Proc = r.proc
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Stamp under the lock, so the file's order is the clocks' order.
+	e.Mono = monoNow()
+	e.Wall = time.Now().UnixNano()
+	b, _ := json.Marshal(&e) // Event has no field that can fail to marshal
+	r.f.Write(append(b, '\n'))
+	return e
+}
+
+// Close closes the file.
+func (r *Recorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Close()
+}
+
+// ReadHistories reads every hist-*.jsonl file in dir, sorted by Mono. A
+// torn last line (a process killed in the middle of a write) is skipped;
+// any other malformed line is an error.
+func ReadHistories(dir string) ([]Event, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "hist-*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("chaos: no histories in %s", dir)
+	}
+	var all []Event
+	for _, name := range files {
+		evs, err := readHistory(name)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, evs...)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Mono < all[j].Mono })
+	return all, nil
+}
+
+func readHistory(name string) ([]Event, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var evs []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	var torn error
+	line := 0
+	for sc.Scan() {
+		line++
+		if torn != nil {
+			return nil, torn // a bad line followed by more lines is not a torn tail
+		}
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			torn = fmt.Errorf("chaos: %s:%d: %w", name, line, err)
+			continue
+		}
+		if e.Proc == "" || e.Op == "" {
+			return nil, fmt.Errorf("chaos: %s:%d: event without process or op", name, line)
+		}
+		evs = append(evs, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("chaos: %s: %w", name, err)
+	}
+	return evs, nil
+}
+
+// errName maps an error to its short name in a history.
+type errName struct {
+	target error
+	name   string
+}
+
+// errKind names an error for a history: stable short strings, not messages.
+func errKind(err error, kinds ...errName) string {
+	if err == nil {
+		return "ok"
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.target) {
+			return k.name
+		}
+	}
+	s := err.Error()
+	if len(s) > 120 {
+		s = s[:120]
+	}
+	return "error: " + strings.ReplaceAll(s, "\n", " ")
+}

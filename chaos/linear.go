@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// mutexInput is one operation on a key's mutex.
+type mutexInput struct {
+	Acquire bool
+	Hold    string
+}
+
+// mutexModel is a mutex whose state is the holding hold's id ("" free).
+// Acquire is legal on a free mutex and takes it; release is legal only by
+// the holder and frees it. Ambiguous outcomes are operations whose return
+// is late: a loss the holder learned of (Lost, or a release answered "not
+// held") is a release that took effect anywhere between the acquisition's
+// request (a holder stopped before its acquisition returned can get a
+// lease that had already run out) and the report; a release that failed, or a holder that died, is a
+// release that took effect by the report, the failure or the death, plus
+// the lease's life at the latest. An acquisition that failed (timeout,
+// error) never gave its caller a critical section, and whatever its
+// request left on a server is bounded by that server's lease life: it is
+// left out (it can only delay others, which is liveness).
+var mutexModel = porcupine.Model{
+	Init: func() any { return "" },
+	Step: func(state, input, _ any) (bool, any) {
+		in := input.(mutexInput)
+		s := state.(string)
+		if in.Acquire {
+			return s == "", in.Hold
+		}
+		return s == in.Hold, ""
+	},
+	Equal: func(a, b any) bool { return a.(string) == b.(string) },
+	DescribeOperation: func(input, _ any) string {
+		in := input.(mutexInput)
+		if in.Acquire {
+			return "acquire " + in.Hold
+		}
+		return "release " + in.Hold
+	},
+	DescribeState: func(s any) string {
+		if s.(string) == "" {
+			return "free"
+		}
+		return "held by " + s.(string)
+	},
+}
+
+// linearTimeout bounds porcupine per key.
+const linearTimeout = 60 * time.Second
+
+// checkLinearizable checks each key's history against the mutex model,
+// and writes porcupine's visualization next to the report on a violation.
+func (r *Result) checkLinearizable(in Input) {
+	life := in.Life.Nanoseconds() + reportSlack.Nanoseconds()
+	clients := map[string]int{}
+	clientOf := func(h *Hold) int {
+		id := fmt.Sprintf("%s/%d", h.Proc, h.G)
+		if c, ok := clients[id]; ok {
+			return c
+		}
+		clients[id] = len(clients)
+		return clients[id]
+	}
+	for _, key := range sortedKeys(r.byKey) {
+		var ops []porcupine.Operation
+		for _, h := range r.byKey[key] {
+			c := clientOf(h)
+			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Acquire: true, Hold: h.ID},
+				Call: h.Invoke, Return: h.Acquired})
+			call, ret := h.Release, h.Released
+			switch rep := h.reportedAt(); {
+			case rep != 0: // lost anywhere after the request went out
+				call, ret = h.Invoke+1, rep
+			case h.Release != 0 && h.RelRes == "ok":
+			case h.Release != 0 && h.Released != 0: // failed: took effect or expired
+				ret = h.Released + life
+			default: // the process died holding (or never heard back)
+				call, ret = h.Last, max(r.procEnd[h.Proc], h.Last)+life
+			}
+			if ret <= call {
+				ret = call + 1
+			}
+			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Hold: h.ID}, Call: call, Return: ret})
+		}
+		res, info := porcupine.CheckOperationsVerbose(mutexModel, ops, linearTimeout)
+		r.Linear[key] = string(res)
+		if res == porcupine.Illegal {
+			r.add(aNonLinear, 1)
+			if in.OutDir != "" {
+				path := filepath.Join(in.OutDir, "porcupine-"+key+".html")
+				if err := porcupine.VisualizePath(mutexModel, info, path); err == nil {
+					r.Violations = append(r.Violations, Violation{Kind: aNonLinear, Key: key,
+						What: "mutex history not linearizable; visualization: " + path})
+				}
+			}
+		}
+	}
+}
+
+// linearSummary is "Ok" if every key is, else the keys that are not.
+func linearSummary(m map[string]string) string {
+	var bad []string
+	for k, v := range m {
+		if v != string(porcupine.Ok) {
+			bad = append(bad, k+":"+v)
+		}
+	}
+	if len(bad) == 0 {
+		return "linearizable"
+	}
+	sort.Strings(bad)
+	return strings.Join(bad, " ")
+}

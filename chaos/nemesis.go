@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+)
+
+// Fault is one injected fault, as faults.jsonl records it. Start and End
+// are CLOCK_MONOTONIC nanoseconds, like the histories' Mono: End is when the
+// fault was healed (for a kill: when the process had exited).
+type Fault struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target"` // a client process, a server, or several
+	Proc   string `json:"proc,omitempty"`
+	Start  int64  `json:"start"`
+	End    int64  `json:"end"`
+	Wall   int64  `json:"wall"`
+	Err    string `json:"err,omitempty"`
+}
+
+type faultLog struct {
+	mu sync.Mutex // protects f
+	f  *os.File
+}
+
+func newFaultLog(path string) (*faultLog, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &faultLog{f: f}, nil
+}
+
+func (l *faultLog) add(f Fault) {
+	b, _ := json.Marshal(f) // Fault has no field that can fail to marshal
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.f.Write(append(b, '\n'))
+}
+
+func (l *faultLog) Close() { l.f.Close() }
+
+func readFaults(path string) ([]Fault, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var fs []Fault
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for dec.More() {
+		var f Fault
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		fs = append(fs, f)
+	}
+	return fs, nil
+}
+
+// Fault kinds. Which backend gets which is in faultKinds.
+const (
+	fClientKill      = "client-kill"       // SIGKILL a client process; a new one replaces it
+	fClientPause     = "client-pause"      // SIGSTOP a client past its TTL / session, then SIGCONT
+	fProxyCut        = "proxy-cut"         // close a client's connections to the servers
+	fProxyBlackhole  = "proxy-blackhole"   // a client's connections stall, then pass again
+	fServerPause     = "server-pause"      // SIGSTOP a server, then SIGCONT
+	fRestartKeep     = "restart-keep-data" // kill -9 a Redis after SAVE, restart with its data
+	fRestartNoData   = "restart-no-data"   // kill -9 a Redis, restart empty
+	fRestartSnapshot = "restart-snapshot"  // kill -9 a Redis, restart from an older snapshot
+	fMinorityRestart = "minority-restart"  // Redlock: 2 of 5 masters down, restart empty
+	fMajorityRestart = "majority-restart"  // Redlock: 3 of 5 masters down briefly, restart empty
+	fZKExpire        = "zk-session-expire" // black-hole a client past its session timeout
+	fZKNodeKill      = "zk-node-kill"      // kill -9 a ZooKeeper node, restart it
+)
+
+func faultKinds(backend string) []string {
+	common := []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause}
+	switch backend {
+	case "lock", "fair":
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot)
+	case "redlock":
+		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart)
+	case "zk":
+		return append(common, fZKExpire, fZKNodeKill)
+	}
+	return nil
+}
+
+// step is one planned fault: drawn from the seed before the run, so that the
+// same seed gives the same schedule.
+type step struct {
+	Gap    time.Duration // wait before the fault
+	Kind   string
+	Target int           // slot or server index
+	Dur    time.Duration // how long the fault lasts
+}
+
+// plan draws n steps: every kind of the backend once (in a seeded order),
+// then kinds at random.
+func plan(cfg runConfig) []step {
+	rnd := rand.New(rand.NewPCG(cfg.seed, 0x6e656d65))
+	kinds := faultKinds(cfg.backend)
+	order := append([]string(nil), kinds...)
+	rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var steps []step
+	for i := range cfg.faults {
+		k := kinds[rnd.IntN(len(kinds))]
+		if i < len(order) {
+			k = order[i]
+		}
+		s := step{Kind: k, Gap: cfg.gapMin + time.Duration(rnd.Int64N(int64(cfg.gapMax-cfg.gapMin)+1))}
+		life := cfg.ttl // how long a holder's lease survives without its process
+		if cfg.backend == "zk" {
+			life = cfg.session
+		}
+		span := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo)+1)) }
+		switch k {
+		case fClientKill, fProxyCut:
+			s.Target = rnd.IntN(cfg.procs)
+		case fClientPause:
+			s.Target, s.Dur = rnd.IntN(cfg.procs), span(life*3/2, life*3)
+		case fProxyBlackhole:
+			s.Target, s.Dur = rnd.IntN(cfg.procs), span(life/4, life*2)
+		case fZKExpire:
+			s.Target = rnd.IntN(cfg.procs)
+		case fServerPause:
+			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(300*time.Millisecond, life*2)
+		case fRestartKeep, fRestartNoData, fZKNodeKill:
+			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(100*time.Millisecond, 1500*time.Millisecond)
+		case fRestartSnapshot:
+			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(500*time.Millisecond, 2*time.Second)
+		case fMinorityRestart:
+			s.Target, s.Dur = rnd.IntN(5), span(500*time.Millisecond, 2*time.Second)
+		case fMajorityRestart:
+			s.Target, s.Dur = rnd.IntN(5), span(200*time.Millisecond, 1*time.Second)
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+func serverCount(backend string) int {
+	switch backend {
+	case "redlock":
+		return 5
+	case "zk":
+		return 3
+	}
+	return 1
+}
+
+// runNemesis applies steps until they are done or ctx ends; every fault
+// is healed before the next one starts. It returns the faults applied.
+func (e *env) runNemesis(ctx context.Context, steps []step) map[string]int {
+	count := map[string]int{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for _, s := range steps {
+		timer.Reset(s.Gap)
+		select {
+		case <-ctx.Done():
+			return count
+		case <-timer.C:
+		}
+		f := e.apply(ctx, s)
+		e.faults.add(f)
+		if f.Err == "" {
+			count[f.Kind]++
+		} else {
+			fmt.Fprintf(os.Stderr, "chaos: %s %s: %s\n", f.Kind, f.Target, f.Err)
+		}
+	}
+	return count
+}
+
+// sleepCtx sleeps d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// apply injects one fault and heals it.
+func (e *env) apply(ctx context.Context, s step) (f Fault) {
+	f = Fault{Kind: s.Kind, Start: monoNow(), Wall: time.Now().UnixNano()}
+	var err error
+	defer func() {
+		if f.End == 0 {
+			f.End = monoNow()
+		}
+		if err != nil {
+			f.Err = err.Error()
+		}
+	}()
+	client := func() *slot { return e.slots[s.Target%len(e.slots)] }
+	switch s.Kind {
+	case fClientKill:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		sl.kill()
+		f.End = monoNow()
+		err = e.spawn(sl)
+		return f
+	case fClientPause:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		// The paused holder: wait (up to a second) until the process
+		// holds a lock, so the pause lands inside a critical section.
+		e.waitHolding(ctx, f.Proc, time.Second)
+		if err = sl.signal(syscall.SIGSTOP); err != nil {
+			return f
+		}
+		sleepCtx(ctx, s.Dur)
+		err = sl.signal(syscall.SIGCONT)
+	case fProxyCut:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		for _, p := range sl.proxies {
+			p.Cut()
+		}
+	case fProxyBlackhole:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		for _, p := range sl.proxies {
+			p.SetBlackhole(true)
+		}
+		sleepCtx(ctx, s.Dur)
+		for _, p := range sl.proxies {
+			p.SetBlackhole(false)
+		}
+	case fZKExpire:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		for _, p := range sl.proxies {
+			p.SetBlackhole(true)
+		}
+		// The server expires a session within its timeout plus a tick or two.
+		sleepCtx(ctx, e.cfg.session+3*testserver.ZKTick)
+		for _, p := range sl.proxies {
+			p.Cut()
+			p.SetBlackhole(false)
+		}
+	case fServerPause:
+		if e.zk != nil {
+			n := e.zk.Nodes()[s.Target%len(e.zk.Nodes())]
+			f.Target = fmt.Sprintf("zk%d", s.Target%len(e.zk.Nodes()))
+			if err = n.Pause(); err != nil {
+				return f
+			}
+			sleepCtx(ctx, s.Dur)
+			err = n.Resume()
+			return f
+		}
+		r := e.redis[s.Target%len(e.redis)]
+		f.Target = fmt.Sprintf("redis%d", s.Target%len(e.redis))
+		if err = r.Pause(); err != nil {
+			return f
+		}
+		sleepCtx(ctx, s.Dur)
+		err = r.Resume()
+	case fRestartKeep, fRestartNoData:
+		r := e.redis[s.Target%len(e.redis)]
+		f.Target = fmt.Sprintf("redis%d", s.Target%len(e.redis))
+		err = r.Restart(s.Kind == fRestartKeep)
+	case fRestartSnapshot:
+		i := s.Target % len(e.redis)
+		r := e.redis[i]
+		f.Target = fmt.Sprintf("redis%d", i)
+		var snap string
+		if snap, err = r.Snapshot(); err != nil {
+			return f
+		}
+		sleepCtx(ctx, s.Dur) // holds and tokens the snapshot will not have
+		err = r.RestartFromSnapshot(snap)
+	case fMinorityRestart, fMajorityRestart:
+		n := 2
+		if s.Kind == fMajorityRestart {
+			n = 3
+		}
+		var down []*testserver.Redis
+		for j := range n {
+			i := (s.Target + j) % len(e.redis)
+			down = append(down, e.redis[i])
+			f.Target += fmt.Sprintf("redis%d ", i)
+		}
+		for _, r := range down {
+			r.Kill()
+		}
+		sleepCtx(ctx, s.Dur)
+		for _, r := range down {
+			if rerr := r.Restart(false); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+	case fZKNodeKill:
+		i := s.Target % len(e.zk.Nodes())
+		n := e.zk.Nodes()[i]
+		f.Target = fmt.Sprintf("zk%d", i)
+		n.Kill()
+		sleepCtx(ctx, s.Dur)
+		err = n.Restart()
+	default:
+		err = fmt.Errorf("unknown fault kind %q", s.Kind)
+	}
+	return f
+}
+
+// waitHolding polls the tail of proc's history until one of its holds has
+// been acquired and not yet released or lost, or until d has passed.
+func (e *env) waitHolding(ctx context.Context, proc string, d time.Duration) bool {
+	path := filepath.Join(e.dir, "hist-"+proc+".jsonl")
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 8192)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if holding(path, buf) {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}
+
+// holding reports whether the last 8 KiB of the history at path show a hold
+// acquired and not yet given up.
+func holding(path string, buf []byte) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	off := max(st.Size()-int64(len(buf)), 0)
+	n, _ := f.ReadAt(buf, off)
+	open := map[string]bool{}
+	for _, line := range bytes.Split(buf[:n], []byte("\n")) {
+		var ev Event
+		if json.Unmarshal(line, &ev) != nil || ev.Hold == "" {
+			continue
+		}
+		switch ev.Op {
+		case opAcquired:
+			open[ev.Hold] = true
+		case opRelease, opLost:
+			delete(open, ev.Hold)
+		}
+	}
+	return len(open) > 0
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Report is one run's outcome, as report.json stores it.
+type Report struct {
+	Backend    string           `json:"backend"`
+	Seed       uint64           `json:"seed"`
+	Duration   string           `json:"duration"`
+	CheckTime  string           `json:"check_time"`
+	Sections   int              `json:"critical_sections"`
+	Procs      int              `json:"processes"`
+	Faults     map[string]int   `json:"faults"`
+	FaultTotal int              `json:"faults_total"`
+	Anomalies  map[string]int   `json:"anomalies"`
+	Documented map[string]int   `json:"documented"`
+	Info       map[string]int64 `json:"info"`
+	Linear     string           `json:"porcupine"`
+	Violations []Violation      `json:"violations,omitempty"`
+	Pass       bool             `json:"pass"`
+}
+
+func newReport(meta runMeta, r *Result, check time.Duration) *Report {
+	rep := &Report{Backend: meta.Backend, Seed: meta.Seed, Duration: meta.Duration.String(),
+		CheckTime: check.Round(time.Millisecond).String(), Sections: r.Sections, Procs: r.Procs,
+		Faults: meta.Faults, Anomalies: r.Anomalies, Documented: r.Documented, Info: r.Info,
+		Linear: linearSummary(r.Linear), Violations: r.Violations}
+	for _, n := range meta.Faults {
+		rep.FaultTotal += n
+	}
+	rep.Pass = true
+	for _, n := range r.Anomalies {
+		if n > 0 {
+			rep.Pass = false
+		}
+	}
+	return rep
+}
+
+func countList[V int | int64](m map[string]V) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Markdown is the run's table, then the excerpts of its violations.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	verdict := "PASS"
+	if !r.Pass {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(&b, "### %s, seed %d: %s\n\n", r.Backend, r.Seed, verdict)
+	fmt.Fprintf(&b, "| backend | seed | duration | processes | critical sections | faults | anomalies | documented (reported) | porcupine |\n")
+	fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %d: %s | %s | %s | %s |\n\n", r.Backend, r.Seed, r.Duration,
+		r.Procs, r.Sections, r.FaultTotal, countList(r.Faults), countList(r.Anomalies), countList(r.Documented), r.Linear)
+	fmt.Fprintf(&b, "Other counts: %s; check took %s.\n", countList(r.Info), r.CheckTime)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "\n**%s** on %s: %s\n", v.Kind, v.Key, v.What)
+		if len(v.Excerpt) > 0 {
+			fmt.Fprintf(&b, "\n```\n%s\n```\n", strings.Join(v.Excerpt, "\n"))
+		}
+	}
+	return b.String()
+}
+
+// writeReports writes every run's table into dir/report.md and report.json.
+func writeReports(dir string, reps []*Report) error {
+	var b strings.Builder
+	for _, r := range reps {
+		b.WriteString(r.Markdown())
+		b.WriteString("\n")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(dir, "report.json"), reps)
+}

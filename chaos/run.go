@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// runConfig is one run: one backend under one seeded schedule.
+type runConfig struct {
+	backend string
+	seed    uint64
+	dur     time.Duration // load phase, faults included
+	quiet   time.Duration // load after the faults healed, for liveness
+	procs   int
+	workers int
+	keys    int
+	ttl     time.Duration
+	session time.Duration
+	faults  int // at most this many
+	gapMin  time.Duration
+	gapMax  time.Duration
+	owners  string                   // client owner mode: call or goroutine
+	hold    time.Duration            // a section's work lasts up to this
+	durs    map[string]time.Duration // per backend, instead of dur
+}
+
+// durFor is the load phase of backend b: flag (if set), the profile's
+// duration for b, or the profile's duration.
+func (c runConfig) durFor(b string, flag time.Duration) time.Duration {
+	if d, ok := c.durs[b]; ok && flag == 0 {
+		return d
+	}
+	return c.dur
+}
+
+// profiles: short is part of make test (every fault kind at least once
+// per backend); long is make chaos.
+var profiles = map[string]runConfig{
+	"short": {dur: 30 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
+		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond},
+	"long": {quiet: 10 * time.Second, procs: 4, workers: 4, keys: 6, hold: 3 * time.Millisecond,
+		ttl: time.Second, session: 2 * time.Second, faults: 150, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
+		// What fits in 30 minutes on 2 cores, by each backend's throughput.
+		durs: map[string]time.Duration{"lock": 210 * time.Second, "fair": 300 * time.Second,
+			"redlock": 480 * time.Second, "zk": 600 * time.Second}},
+}
+
+var allBackends = []string{"lock", "fair", "redlock", "zk"}
+
+func runMain(args []string) (int, error) {
+	if len(args) > 0 && args[0] == "check" {
+		return recheck(args[1:])
+	}
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	profile := fs.String("profile", "short", "short or long")
+	backends := fs.String("backend", strings.Join(allBackends, ","), "comma-separated backends: lock, fair, redlock, zk")
+	seed := fs.Uint64("seed", 0, "seed of the schedules (0: from the clock; printed)")
+	dur := fs.Duration("dur", 0, "load phase per backend (0: the profile's)")
+	faults := fs.Int("faults", 0, "faults per backend at most (0: the profile's)")
+	owners := fs.String("owners", "call", "lock owners: call (a new one per lock.Do, the library's default) or goroutine (one per goroutine, kept across calls, as lock.WithOwner allows)")
+	procs := fs.Int("procs", 0, "client processes per run (0: the profile's)")
+	workers := fs.Int("workers", 0, "goroutines per client process (0: the profile's)")
+	keys := fs.Int("keys", 0, "hot keys (0: the profile's)")
+	out := fs.String("out", "", "directory for histories and reports (default: a new temp dir)")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	base, ok := profiles[*profile]
+	if !ok {
+		return 2, fmt.Errorf("unknown profile %q (short, long)", *profile)
+	}
+	if *dur < 0 || *faults < 0 || *procs < 0 || *workers < 0 || *keys < 0 {
+		return 2, errors.New("-dur, -faults, -procs, -workers and -keys must not be negative")
+	}
+	if *procs > 0 {
+		base.procs = *procs
+	}
+	if *workers > 0 {
+		base.workers = *workers
+	}
+	if *keys > 0 {
+		base.keys = *keys
+	}
+	if *owners != "call" && *owners != "goroutine" {
+		return 2, fmt.Errorf("-owners %q: want call or goroutine", *owners)
+	}
+	base.owners = *owners
+	if *dur > 0 {
+		base.dur = *dur
+	}
+	if *faults > 0 {
+		base.faults = *faults
+	}
+	for _, b := range allBackends {
+		if d := base.durFor(b, *dur); d <= base.quiet+time.Second {
+			return 2, fmt.Errorf("-dur %v: must exceed the quiet period %v by a second", d, base.quiet)
+		}
+	}
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano()%1_000_000) + 1
+	}
+	var list []string
+	for _, b := range strings.Split(*backends, ",") {
+		if !validBackend(b) {
+			return 2, fmt.Errorf("unknown backend %q", b)
+		}
+		list = append(list, b)
+	}
+	dir := *out
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "coordkit-chaos-"); err != nil {
+			return 2, err
+		}
+	}
+	fmt.Printf("chaos: profile %s, seed %d, output %s\n", *profile, *seed, dir)
+	if brokenBuild != "" {
+		fmt.Printf("chaos: BROKEN BUILD (tag chaosbroken): %s\n", brokenBuild)
+	}
+	var reports []*Report
+	failed := false
+	for i, b := range list {
+		cfg := base
+		cfg.backend = b
+		cfg.seed = *seed + uint64(i)
+		cfg.dur = base.durFor(b, *dur)
+		rep, err := runOne(cfg, filepath.Join(dir, b))
+		if err != nil {
+			return 2, fmt.Errorf("%s: %w", b, err)
+		}
+		reports = append(reports, rep)
+		fmt.Println(rep.Markdown())
+		failed = failed || !rep.Pass
+	}
+	if err := writeReports(dir, reports); err != nil {
+		return 2, err
+	}
+	fmt.Printf("chaos: reports in %s/report.md and report.json\n", dir)
+	if failed {
+		return 1, errors.New("anomalies the backends' docs say cannot happen (see the reports)")
+	}
+	return 0, nil
+}
+
+// runMeta is what a run stores for a later "chaos check".
+type runMeta struct {
+	Backend  string         `json:"backend"`
+	Seed     uint64         `json:"seed"`
+	Life     time.Duration  `json:"life"`
+	Duration time.Duration  `json:"duration"`
+	HealedAt int64          `json:"healed_at"`
+	StopAt   int64          `json:"stop_at"`
+	Faults   map[string]int `json:"faults"`
+	Plan     []string       `json:"plan"`
+}
+
+// runOne runs cfg in dir and checks it.
+func runOne(cfg runConfig, dir string) (*Report, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	steps := plan(cfg)
+	meta := runMeta{Backend: cfg.backend, Seed: cfg.seed, Life: cfg.ttl, Duration: cfg.dur}
+	if cfg.backend == "zk" {
+		meta.Life = cfg.session
+	}
+	for _, s := range steps {
+		meta.Plan = append(meta.Plan, fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur))
+	}
+	fmt.Printf("chaos: %s seed %d: %d faults planned\n", cfg.backend, cfg.seed, len(steps))
+	start := time.Now()
+	goroutines := runtime.NumGoroutine()
+	e, err := newEnv(cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := func() error {
+		defer e.close()
+		for _, s := range e.slots {
+			if err := e.spawn(s); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
+		meta.Faults = e.runNemesis(ctx, steps)
+		cancel()
+		if err := e.heal(); err != nil {
+			return fmt.Errorf("healing: %w", err)
+		}
+		meta.HealedAt = monoNow()
+		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
+		meta.StopAt = monoNow()
+		e.stopClients(15 * time.Second)
+		res, err := dumpResource(context.Background(), e.resource.Addr(), cfg.keys)
+		if err != nil {
+			return err
+		}
+		return writeJSON(filepath.Join(dir, "resource.json"), res)
+	}(); err != nil {
+		return nil, err
+	}
+	if err := noLeak(goroutines); err != nil {
+		return nil, err
+	}
+	meta.Duration = time.Since(start).Round(time.Millisecond)
+	if err := writeJSON(filepath.Join(dir, "run.json"), meta); err != nil {
+		return nil, err
+	}
+	return checkDir(dir)
+}
+
+// checkDir checks the run stored in dir.
+func checkDir(dir string) (*Report, error) {
+	var meta runMeta
+	if err := readJSON(filepath.Join(dir, "run.json"), &meta); err != nil {
+		return nil, err
+	}
+	var res Resource
+	if err := readJSON(filepath.Join(dir, "resource.json"), &res); err != nil {
+		return nil, err
+	}
+	evs, err := ReadHistories(dir)
+	if err != nil {
+		return nil, err
+	}
+	faults, err := readFaults(filepath.Join(dir, "faults.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	t := time.Now()
+	r := Check(Input{Backend: meta.Backend, Life: meta.Life, Events: evs, Faults: faults, Resource: &res,
+		HealedAt: meta.HealedAt, StopAt: meta.StopAt, OutDir: dir})
+	rep := newReport(meta, r, time.Since(t))
+	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
+		return nil, err
+	}
+	return rep, os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.Markdown()), 0o644)
+}
+
+// recheck is "chaos check DIR...": check stored runs again.
+func recheck(dirs []string) (int, error) {
+	if len(dirs) == 0 {
+		return 2, errors.New("usage: chaos check DIR...")
+	}
+	code := 0
+	for _, d := range dirs {
+		rep, err := checkDir(d)
+		if err != nil {
+			return 2, err
+		}
+		fmt.Println(rep.Markdown())
+		if !rep.Pass {
+			code = 1
+		}
+	}
+	return code, nil
+}
+
+// noLeak waits up to 5 s for the goroutine count to come back to n (the
+// count before a run), and returns the stacks of the extra ones if it does
+// not: every goroutine the orchestrator starts must end with its run.
+func noLeak(n int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			return fmt.Errorf("%d goroutines left after the run (%d before):\n%s", runtime.NumGoroutine(), n, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
