@@ -223,3 +223,41 @@ func TestLostReplySimple(t *testing.T) {
 		t.Fatalf("TryObtain after the release: %v", err)
 	}
 }
+
+// TestHandoffErrorReleaseAgain: a hand-off whose answer is lost for good
+// (retries off) fails the Release; the next in line finds out by its own
+// attempt and holds, and the Release called again reports success.
+func TestHandoffErrorReleaseAgain(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb, r := lossyRedis(t, &redis.Options{MaxRetries: -1})
+	c := lock.New(rdb)
+	t.Cleanup(func() { c.Close() })
+	key := uniqueKey(t)
+	first := mustObtain(t, ctx, c, key)
+	next := make(chan lock.Lease, 1)
+	go func() {
+		l, err := c.Obtain(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		next <- l
+	}()
+	time.Sleep(100 * time.Millisecond) // in line
+	r.Arm(lock.Scripts()["handoff.lua"].Hash())
+	if err := first.Release(ctx); err == nil {
+		t.Fatal("Release succeeded although the hand-off's answer was lost")
+	}
+	second := <-next
+	if second == nil {
+		t.FailNow()
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("Release again after the hand-off happened: %v, want nil", err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(t, ctx, c, key); len(got) != 0 {
+		t.Fatalf("after both released: held by %v", got)
+	}
+}

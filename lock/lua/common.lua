@@ -66,7 +66,8 @@ end
 --                  if that was the hold's fresh acquisition, "0" re-entry.
 --                  A call sent again (its reply was lost and go-redis or
 --                  the caller retried) finds its level and takes no other.
-local TOKEN, LEVEL = '\0t', '\0l:'
+--   PREV           the id of the level a hand-off released to make this hold
+local TOKEN, LEVEL, PREV = '\0t', '\0l:', '\0p'
 
 -- hold_token returns the fencing token of the hold in lock (a hash written
 -- before TOKEN existed: the counter's value).

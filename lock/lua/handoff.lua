@@ -53,16 +53,20 @@ local count = tonumber(v[1])
 if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
 if count > 1 then return {-2} end
 
--- The releasing lease is done either way: a Release of it sent again
--- answers "released" (release.lua reads the marker).
-if marker then redis.call('set', marker, 0, 'px', markerTTL) end
-if pass(lock, fence, queue, deadlines, prefix) then return {0} end -- (the hash is deleted either way)
+-- The releasing lease is done either way; a Release of it sent again must
+-- answer "released": a marker says so when the lock passed to another
+-- client's waiter, the new hold's PREV field (the released level's id)
+-- while the new owner holds it.
+if pass(lock, fence, queue, deadlines, prefix) then -- (the hash is deleted either way)
+  if marker then redis.call('set', marker, 0, 'px', markerTTL) end
+  return {0}
+end
 
-local t = new_token(fence, floor)
+local t, ts = new_token(fence, floor)
 if newReq ~= '' then
-  redis.call('hset', lock, newOwner, 1, TOKEN, string.format('%.0f', t), LEVEL .. newReq, 1)
+  redis.call('hset', lock, newOwner, 1, TOKEN, ts, LEVEL .. newReq, 1, PREV, req)
 else
-  redis.call('hset', lock, newOwner, 1, TOKEN, string.format('%.0f', t))
+  redis.call('hset', lock, newOwner, 1, TOKEN, ts, PREV, req)
 end
 redis.call('pexpire', lock, ttl)
 return {1, t}

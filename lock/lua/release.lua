@@ -45,6 +45,7 @@ if not v[1] or (req ~= '' and not v[2] and v[3]) then
   local done = redis.call('get', marker)
   if done then return tonumber(done) end
   if tok and tonumber(redis.call('get', fence)) == tok + 1 then return 0 end -- freed by this hold's release
+  if req ~= '' and redis.call('hget', lock, PREV) == req then return 0 end -- handed over by this level's release
   return -1
 end
 local count = tonumber(v[1])
