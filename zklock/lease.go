@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -55,7 +56,9 @@ func (l *Lease) Lost() <-chan struct{} { return l.h.lost }
 
 // Release drops one level of re-entry; the last one deletes the lock node,
 // which wakes the next waiter. It returns lock.ErrNotHeld if the lease was
-// already released or lost, or the node was gone. If the deletion fails
+// already released or lost, or the node was gone; with WithSessionTimeout,
+// also when the lease's window has passed (the process was paused, say) and
+// the loss had not been reported yet: Lost closes then. If the deletion fails
 // (connection loss, ctx ended) Release returns the error and keeps deleting
 // in the background until it succeeds or the session ends.
 func (l *Lease) Release(ctx context.Context) error {
@@ -69,6 +72,12 @@ func (l *Lease) Release(ctx context.Context) error {
 // anchored on its owner's exclusive hold then drops its level of that hold.
 func (c *Client) release(ctx context.Context, h *hold) error {
 	c.mu.Lock()
+	if !h.isLost && c.timeout > 0 && (c.aliveSession != h.session || !time.Now().Before(c.aliveUntil)) {
+		// The lease's window passed (the process was paused, say) and the
+		// monitor has not run since: the lease is lost, and the holder is
+		// told so here rather than by a deletion error.
+		c.loseLocked(h)
+	}
 	if h.isLost {
 		c.mu.Unlock()
 		return lock.ErrNotHeld
