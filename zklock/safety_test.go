@@ -213,9 +213,6 @@ func TestLostBeforeTakeover(t *testing.T) {
 // follower cannot answer alone; go-zookeeper's pings, which the follower
 // does answer, would keep the holder confident until the follower gives up.
 func TestLostBeforeTakeoverFollowerCutOff(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node ensemble")
-	}
 	const T = 3 * time.Second
 	z := testserver.StartZooKeeperEnsembleWith(t, 3, testserver.ZKEnsembleOptions{SyncLimit: 25, PeerProxies: true})
 	leader, follower := -1, -1

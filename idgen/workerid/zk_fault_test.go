@@ -163,9 +163,6 @@ func TestZKCreateReplyLostAndCancelled(t *testing.T) {
 // leases the same ID. The heartbeat syncs first, which the follower cannot
 // answer alone; an exists alone it answers from its own copy.
 func TestZKLeaseLostBeforeTakeoverFollowerCutOff(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node ensemble")
-	}
 	ctx := ctxT(t, 60*time.Second)
 	const T = 3 * time.Second
 	z := testserver.StartZooKeeperEnsembleWith(t, 3, testserver.ZKEnsembleOptions{SyncLimit: 25, PeerProxies: true})
