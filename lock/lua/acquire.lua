@@ -25,7 +25,8 @@ local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
 local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
 local req, floor = ARGV[8] or '', ARGV[9]
 
-if redis.call('exists', lock) == 1 then
+local held = redis.call('exists', lock) == 1
+if held then
   local lvl = LEVEL .. req
   local v = redis.call('hmget', lock, owner, GRANT, lvl)
   if v[1] then
@@ -62,7 +63,11 @@ else
     redis.call('pexpire', lock, ttl)
     -- Out of the queue: queued by an earlier attempt, or by this very call
     -- if it ran before (its reply lost) while the lock was held.
-    dequeue(queue, deadlines, waiter)
+    -- A waiter that was queued (or the head of a fair queue) leaves others
+    -- behind it, who now wait on this hold.
+    if (dequeue(queue, deadlines, waiter) or first) and redis.call('exists', queue) == 1 then
+      redis.call('hset', lock, WAITING, 1)
+    end
     return {1, t, 1}
   end
 end
@@ -74,6 +79,8 @@ if waiter ~= '' then
   end
   redis.call('pexpire', queue, bound)
   redis.call('pexpire', deadlines, bound)
+  -- The holder's release must pass the lock on (no TTL change: HSET keeps it).
+  if held then redis.call('hset', lock, WAITING, 1) end
 end
 -- The fencing counter goes with the answer: a grant made after this attempt
 -- has a larger token, so the waiter can tell it from an older one.

@@ -67,7 +67,15 @@ end
 --                  A call sent again (its reply was lost and go-redis or
 --                  the caller retried) finds its level and takes no other.
 --   PREV           the id of the level a hand-off released to make this hold
-local TOKEN, LEVEL, PREV = '\0t', '\0l:', '\0p'
+--   WAITING        "1": a waiter may be queued, so the outermost release
+--                  looks at the queue (pass). Set by every waiter that
+--                  queues while the hash exists, and by whoever creates the
+--                  hash while entries are left in the queue; a release of a
+--                  hash without it deletes the hash and reads no queue.
+--                  (A waiter queued while no hash existed, after a holder's
+--                  key expired, and not seen by the next holder's creation,
+--                  tries again on its own timer, as after a lost message.)
+local TOKEN, LEVEL, PREV, WAITING = '\0t', '\0l:', '\0p', '\0w'
 
 -- hold_token returns the fencing token of the hold in lock (a hash written
 -- before TOKEN existed: the counter's value).
@@ -91,11 +99,13 @@ local function head(queue, deadlines)
 end
 
 -- dequeue takes a waiter that now holds the lock out of the queue (one
--- command when it was not queued).
+-- command when it was not queued) and returns whether it was queued.
 local function dequeue(queue, deadlines, waiter)
   if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
     redis.call('lrem', queue, 1, waiter)
+    return true
   end
+  return false
 end
 
 -- pass frees the lock (deletes the hash) and gives it to the first live
@@ -116,6 +126,7 @@ local function pass(lock, fence, queue, deadlines, prefix)
   redis.call('lpop', queue)
   redis.call('zrem', deadlines, w)
   redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, string.format('%.0f', t), LEVEL .. id, 1)
+  if redis.call('llen', queue) > 0 then redis.call('hset', lock, WAITING, 1) end
   redis.call('pexpire', lock, ms)
   redis.call('publish', prefix .. string.match(id, '^(.*):'), id .. '|' .. string.format('%.0f', t))
   return true

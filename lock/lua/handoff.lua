@@ -43,7 +43,7 @@ if req == '' then
   local r = ran()
   if r then return r end
 end
-local v = redis.call('hmget', lock, owner, LEVEL .. req, TOKEN)
+local v = redis.call('hmget', lock, owner, LEVEL .. req, TOKEN, WAITING)
 if not v[1] or (req ~= '' and not v[2] and v[3]) then
   -- Not held by this level: handed over or released by this very request
   -- before, or lost.
@@ -57,7 +57,9 @@ if count > 1 then return {-2} end
 -- answer "released": a marker says so when the lock passed to another
 -- client's waiter, the new hold's PREV field (the released level's id)
 -- while the new owner holds it.
-if pass(lock, fence, queue, deadlines, prefix) then -- (the hash is deleted either way)
+if not v[4] then
+  redis.call('del', lock) -- without WAITING nobody is queued: no queue to read
+elseif pass(lock, fence, queue, deadlines, prefix) then -- (the hash is deleted either way)
   if marker then redis.call('set', marker, 0, 'px', markerTTL) end
   return {0}
 end

@@ -1,5 +1,6 @@
 -- release: drop one hold level; at zero delete the lock and pass it to the
--- first live waiter (common.lua: grant it, or wake that one waiter only).
+-- first live waiter (common.lua: grant it, or wake that one waiter only) if
+-- the hash says one may be queued (WAITING, common.lua).
 --
 -- Safe to retry: a release stores its answer for the release window, so the
 -- same request sent again (its reply was lost; go-redis or the caller
@@ -39,7 +40,7 @@ if req == '' then
   if done then return tonumber(done) end
 end
 local lvl = LEVEL .. req
-local v = redis.call('hmget', lock, owner, lvl, TOKEN)
+local v = redis.call('hmget', lock, owner, lvl, TOKEN, WAITING)
 if not v[1] or (req ~= '' and not v[2] and v[3]) then
   -- Not held by this level: released before (the same request again), or lost.
   local done = redis.call('get', marker)
@@ -66,7 +67,14 @@ end
 -- passed to a waiter, who may take a token at once) a marker key does.
 -- (Incremented whatever it holds: a counter above the token, after a
 -- restore, stays increasing and a resend then answers "not held".)
-if not pass(lock, fence, queue, deadlines, prefix) and v[3] then
+-- Without WAITING no waiter is queued: delete, and read no queue.
+local passed = false
+if v[4] then
+  passed = pass(lock, fence, queue, deadlines, prefix)
+else
+  redis.call('del', lock)
+end
+if not passed and v[3] then
   redis.call('incr', fence)
 else
   redis.call('set', marker, 0, 'px', markerTTL)
