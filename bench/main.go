@@ -6,6 +6,9 @@
 //
 //	go run . [-suite idgen,lock] [-rounds 5] [-dur 2s] [-cpuprofile f]
 //
+// The lockproc suite runs each library in a process of its own: this
+// binary, started again as "bench lockworker ...".
+//
 // Each suite lives in a file of its own and registers itself from init.
 // Servers (redis-server, ZooKeeper) are started on loopback by
 // internal/testserver and stopped when the run ends.
@@ -33,6 +36,13 @@ var suites []Suite
 func register(s Suite) { suites = append(suites, s) }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "lockworker" { // a process of the lockproc suite
+		if err := lockWorker(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "lockworker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var (
 		only   = flag.String("suite", "", "comma-separated suites to run (default: all)")
 		rounds = flag.Int("rounds", 5, "rounds per measurement; tables report the median")

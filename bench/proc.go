@@ -1,0 +1,495 @@
+package main
+
+// The lockproc suite: the lock suite's libraries, each in a process of its
+// own. A library measured beside another in one process shares its GC and
+// background goroutines (coordkit's Pub/Sub reader, pools), so this suite
+// starts a fresh process of this binary ("bench lockworker ...") for every
+// library and round, interleaves the libraries round by round, and takes the
+// medians. The parent only waits while a worker runs; around each timed
+// phase it reads INFO commandstats and INFO cpu, for the commands and the
+// Redis CPU each pair costs.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+)
+
+func init() { register(Suite{Name: "lockproc", Run: runLockProcSuite}) }
+
+// procLibs are the libraries a worker process can run, by name.
+var procLibs = map[string]lkLib{
+	"coordkit":       lkCoordkit0,
+	"coordkit-fair":  lkCoordkitF,
+	"redislock":      lkRedislock0,
+	"redislock-1ms":  lkRedislock1,
+	"redsync":        lkRedsyncDef,
+	"redsync-1ms":    lkRedsyncBest,
+	"redislock-10ms": lkRedislock10,
+}
+
+// procResult is what a worker reports on its stdout (one JSON line).
+type procResult struct {
+	Pairs   int64   `json:"pairs"`   // lock+release pairs (sections) completed
+	Secs    float64 `json:"secs"`    // the timed phase
+	Failed  int64   `json:"failed"`  // lock calls that gave up (and were called again)
+	Mallocs float64 `json:"mallocs"` // heap allocations per pair in the worker
+	WaitsUS []int64 `json:"waits"`   // hot: lock call to holding, µs
+	Holds   []int64 `json:"holds"`   // hot: wall-clock ns of each hold, start and end, in pairs
+}
+
+// lockWorker runs in the worker process: it connects to the Redis at -addr,
+// warms up, prints "ready", waits for a line on stdin, runs for -dur and
+// prints its procResult.
+func lockWorker(args []string) error {
+	fs := flag.NewFlagSet("lockworker", flag.ContinueOnError)
+	addr := fs.String("addr", "", "Redis address")
+	libName := fs.String("lib", "", "library")
+	g := fs.Int("g", 32, "goroutines")
+	key := fs.String("key", "", "hot key (empty: each goroutine locks its own key)")
+	dur := fs.Duration("dur", 2*time.Second, "timed phase")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	lib, ok := procLibs[*libName]
+	if !ok {
+		return fmt.Errorf("unknown library %q", *libName)
+	}
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{*addr}})
+	defer rdb.Close()
+	l := lib.new(rdb)
+	defer l.close()
+	ctx, cancel := context.WithTimeout(context.Background(), *dur+60*time.Second)
+	defer cancel()
+	keys := make([]string, *g)
+	for i := range keys {
+		keys[i] = *key
+		if *key == "" {
+			keys[i] = fmt.Sprintf("bench:p:%d:%d", os.Getpid(), i)
+		}
+	}
+	// Warm up: scripts loaded, connections open (one per goroutine).
+	if _, err := lkParallel(200*time.Millisecond, *g, func(ctx context.Context, i int) error {
+		if *key != "" {
+			return nil // hot: one warm-up pair below, not a contest before the start
+		}
+		unlock, err := l.lock(ctx, keys[i])
+		if err != nil {
+			return err
+		}
+		return unlock(ctx)
+	}); err != nil {
+		return err
+	}
+	if *key != "" {
+		unlock, err := l.lock(ctx, *key)
+		if err != nil {
+			return err
+		}
+		if err := unlock(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return err
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	var res procResult
+	if *key == "" {
+		begin := time.Now()
+		n, err := lkParallel(*dur, *g, func(ctx context.Context, i int) error {
+			unlock, err := l.lock(ctx, keys[i])
+			if err != nil {
+				return err
+			}
+			return unlock(ctx)
+		})
+		if err != nil {
+			return err
+		}
+		res.Secs = time.Since(begin).Seconds()
+		res.Pairs = int64(n)
+	} else {
+		var err error
+		if res, err = procHot(ctx, l, *key, *g, *dur); err != nil {
+			return err
+		}
+	}
+	runtime.ReadMemStats(&ms1)
+	res.Mallocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(max(res.Pairs, 1))
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// procHot is a worker's hot-key phase: g goroutines lock key until d has
+// passed, recording each wait and each hold (wall clock, so that the parent
+// can check holds of all the workers for overlap).
+func procHot(ctx context.Context, l lkLocker, key string, g int, d time.Duration) (procResult, error) {
+	var (
+		mu  sync.Mutex
+		res procResult
+		wg  sync.WaitGroup
+	)
+	errs := make(chan error, g)
+	begin := time.Now()
+	stop := begin.Add(d)
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var waits, holds []int64
+			var failed int64
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				unlock, err := l.lock(ctx, key)
+				if err != nil {
+					if procGaveUp(ctx, err) {
+						failed++
+						continue
+					}
+					errs <- err
+					return
+				}
+				t1 := time.Now()
+				waits = append(waits, t1.Sub(t0).Microseconds())
+				runtime.Gosched() // the section: a yield, as in the in-process suite
+				t2 := time.Now()
+				holds = append(holds, t1.UnixNano(), t2.UnixNano())
+				if err := unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+			mu.Lock()
+			res.WaitsUS = append(res.WaitsUS, waits...)
+			res.Holds = append(res.Holds, holds...)
+			res.Failed += failed
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	res.Secs = time.Since(begin).Seconds()
+	res.Pairs = int64(len(res.WaitsUS))
+	return res, nil
+}
+
+func procGaveUp(ctx context.Context, err error) bool {
+	return errors.Is(err, redislock.ErrNotObtained) || errors.Is(err, redsync.ErrFailed) ||
+		errors.As(err, new(*redsync.ErrTaken)) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+}
+
+// procWorker is a started worker process.
+type procWorker struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func startWorker(ctx context.Context, args ...string) (*procWorker, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, append([]string{"lockworker"}, args...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := &procWorker{cmd: cmd, stdin: stdin, out: bufio.NewReaderSize(stdout, 1<<20)}
+	line, err := w.out.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		w.stop()
+		return nil, fmt.Errorf("worker %v: not ready (%q, %v)", args, line, err)
+	}
+	return w, nil
+}
+
+func (w *procWorker) stop() {
+	w.stdin.Close()
+	w.cmd.Process.Kill()
+	w.cmd.Wait()
+}
+
+// start tells the worker to begin its timed phase.
+func (w *procWorker) start() error {
+	_, err := io.WriteString(w.stdin, "go\n")
+	return err
+}
+
+// result reads the worker's result and waits for it to exit.
+func (w *procWorker) result() (procResult, error) {
+	var r procResult
+	line, err := w.out.ReadString('\n')
+	if err != nil {
+		w.stop()
+		return r, fmt.Errorf("worker: %v", err)
+	}
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		w.stop()
+		return r, fmt.Errorf("worker: %q: %v", line, err)
+	}
+	w.stdin.Close()
+	return r, w.cmd.Wait()
+}
+
+// redisCPU returns Redis's used_cpu_sys + used_cpu_user in seconds.
+func redisCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
+	s, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var t float64
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			x, _ := strconv.ParseFloat(v, 64)
+			t += x
+		}
+	}
+	return t, nil
+}
+
+// procRun is one measured run of n workers with the same arguments.
+type procRun struct {
+	perSec, calls, cpuUS, mallocs, failed float64
+	waitsUS                               []int64
+	counts                                []int64
+	holds                                 [][]int64
+}
+
+func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, args ...string) (procRun, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ws := make([]*procWorker, 0, n)
+	defer func() {
+		for _, w := range ws {
+			if w.cmd.ProcessState == nil {
+				w.stop()
+			}
+		}
+	}()
+	for range n {
+		w, err := startWorker(ctx, append([]string{"-addr", srv.Addr()}, args...)...)
+		if err != nil {
+			return procRun{}, err
+		}
+		ws = append(ws, w)
+	}
+	stats0, err := commandstats(ctx, admin)
+	if err != nil {
+		return procRun{}, err
+	}
+	cpu0, err := redisCPU(ctx, admin)
+	if err != nil {
+		return procRun{}, err
+	}
+	for _, w := range ws {
+		if err := w.start(); err != nil {
+			return procRun{}, err
+		}
+	}
+	var r procRun
+	var pairs int64
+	var secs, mallocs float64
+	for _, w := range ws {
+		res, err := w.result()
+		if err != nil {
+			return procRun{}, err
+		}
+		pairs += res.Pairs
+		secs = max(secs, res.Secs)
+		mallocs += res.Mallocs * float64(res.Pairs)
+		r.failed += float64(res.Failed)
+		r.waitsUS = append(r.waitsUS, res.WaitsUS...)
+		r.counts = append(r.counts, res.Pairs)
+		r.holds = append(r.holds, res.Holds)
+	}
+	cpu1, err := redisCPU(ctx, admin)
+	if err != nil {
+		return procRun{}, err
+	}
+	stats1, err := commandstats(ctx, admin)
+	if err != nil {
+		return procRun{}, err
+	}
+	p := float64(max(pairs, 1))
+	r.perSec = float64(pairs) / secs
+	r.calls = float64(statsDelta(stats0, stats1)-2) / p // less the INFO cpu and commandstats calls
+	r.cpuUS = (cpu1 - cpu0) * 1e6 / p
+	r.mallocs = mallocs / p
+	return r, nil
+}
+
+// overlaps counts the pairs of holds (from different workers' lists, or
+// one's) whose intervals overlap.
+func overlaps(holds [][]int64) int {
+	type iv struct{ a, b int64 }
+	var all []iv
+	for _, h := range holds {
+		for i := 0; i+1 < len(h); i += 2 {
+			all = append(all, iv{h[i], h[i+1]})
+		}
+	}
+	slices.SortFunc(all, func(x, y iv) int { return int(min(max(x.a-y.a, -1), 1)) })
+	n := 0
+	var end int64 = math.MinInt64
+	for _, x := range all {
+		if x.a < end {
+			n++
+		}
+		end = max(end, x.b)
+	}
+	return n
+}
+
+func runLockProcSuite(env *Env) error {
+	srv, err := env.Redis()
+	if err != nil {
+		return err
+	}
+	admin := srv.NewClient()
+	defer admin.Close()
+	if err := procUncontended(env, srv, admin); err != nil {
+		return err
+	}
+	return procHotKey(env, srv, admin)
+}
+
+// procUncontended: one process per library, 32 goroutines each locking
+// its own key.
+func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
+	libs := []string{"coordkit", "coordkit-fair", "redislock", "redsync"}
+	res := make(map[string][]procRun)
+	for round := range env.Rounds {
+		for i := range libs {
+			name := libs[(i+round)%len(libs)] // a different library first each round
+			r, err := runWorkers(srv, admin, 1, "-lib", name, "-g", "32", "-dur", env.Dur.String())
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			res[name] = append(res[name], r)
+		}
+	}
+	med := func(name string, f func(procRun) float64) float64 {
+		xs := make([]float64, len(res[name]))
+		for i, r := range res[name] {
+			xs[i] = f(r)
+		}
+		return Median(xs)
+	}
+	base := med("redislock", func(r procRun) float64 { return r.perSec })
+	t := Table{
+		Title: fmt.Sprintf("(a) uncontended, each library in its own process: 32 goroutines, each lock+release of its own key (median of %d interleaved rounds of %v, a fresh process per round)", env.Rounds, env.Dur),
+		Cols:  []string{"library", "pairs/s", "vs redislock", "Redis calls/pair (incl. in scripts)", "Redis CPU µs/pair", "allocs/pair (worker)"},
+	}
+	for _, name := range libs {
+		ps := med(name, func(r procRun) float64 { return r.perSec })
+		t.Row(name, ps, Ratio(ps, base),
+			med(name, func(r procRun) float64 { return r.calls }),
+			med(name, func(r procRun) float64 { return r.cpuUS }),
+			med(name, func(r procRun) float64 { return r.mallocs }))
+	}
+	t.Print(env.Out)
+	return nil
+}
+
+// procHotKey: 16 processes of one library, one goroutine each, on one key.
+func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
+	const n = 16
+	libs := []string{"coordkit", "coordkit-fair", "redislock-1ms", "redsync-1ms"}
+	res := make(map[string][]procRun)
+	for round := range env.Rounds {
+		for i := range libs {
+			name := libs[(i+round)%len(libs)]
+			key := lkKey("bench:ph")
+			r, err := runWorkers(srv, admin, n, "-lib", name, "-g", "1", "-key", key, "-dur", env.Dur.String())
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if o := overlaps(r.holds); o != 0 {
+				return fmt.Errorf("%s: mutual exclusion broken: %d overlapping holds across processes", name, o)
+			}
+			res[name] = append(res[name], r)
+		}
+	}
+	med := func(name string, f func(procRun) float64) float64 {
+		xs := make([]float64, len(res[name]))
+		for i, r := range res[name] {
+			xs[i] = f(r)
+		}
+		return Median(xs)
+	}
+	q := func(p float64) func(procRun) float64 {
+		return func(r procRun) float64 {
+			ws := slices.Sorted(slices.Values(r.waitsUS))
+			if len(ws) == 0 {
+				return 0
+			}
+			return float64(ws[min(int(float64(len(ws))*p), len(ws)-1)]) / 1e3
+		}
+	}
+	spread := func(r procRun) float64 {
+		var sum int64
+		for _, c := range r.counts {
+			sum += c
+		}
+		if sum == 0 {
+			return 0
+		}
+		return float64(slices.Max(r.counts)-slices.Min(r.counts)) / (float64(sum) / float64(len(r.counts)))
+	}
+	best := 0.0
+	for _, name := range libs {
+		if !strings.HasPrefix(name, "coordkit") {
+			best = max(best, med(name, func(r procRun) float64 { return r.perSec }))
+		}
+	}
+	t := Table{
+		Title: fmt.Sprintf("(b) hot key across processes: %d processes of one library, one goroutine each, on one key; holds checked for overlap across processes (median of %d interleaved rounds of %v)", n, env.Rounds, env.Dur),
+		Cols:  []string{"library", "sections/s", "vs best peer", "wait p50 ms", "p99 ms", "max ms", "share spread", "Redis calls/section", "Redis CPU µs/section", "failed obtains"},
+	}
+	for _, name := range libs {
+		ps := med(name, func(r procRun) float64 { return r.perSec })
+		t.Row(name, ps, Ratio(ps, best), med(name, q(0.5)), med(name, q(0.99)), med(name, q(1)),
+			fmt.Sprintf("%.1f %%", 100*med(name, spread)),
+			med(name, func(r procRun) float64 { return r.calls }),
+			med(name, func(r procRun) float64 { return r.cpuUS }),
+			med(name, func(r procRun) float64 { return r.failed }))
+	}
+	t.Print(env.Out)
+	fmt.Fprintln(env.Out, "Peers run with their best retry setting for this load (a 1 ms retry); coordkit with its defaults (queued waiters woken by Pub/Sub). Share spread: (max − min) / mean of the sections per process.")
+	fmt.Fprintln(env.Out)
+	return nil
+}
