@@ -46,6 +46,7 @@ type Client struct {
 	// Script arguments that never change, boxed once: passing a string or
 	// a large integer as an argument allocates on every call otherwise.
 	argChan, argFair, argBound, argWindow any
+	argTTL                                any    // the default TTL in ms
 	argGrant                              string // "|<grant ms>|" of a waiter entry at the default TTL
 }
 
@@ -95,7 +96,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	}
 	c.chanPrefix = wakePrefix(o.prefix)
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
-	c.argBound = o.waiterTimeout.Milliseconds()
+	c.argBound, c.argTTL = o.waiterTimeout.Milliseconds(), o.ttl.Milliseconds()
 	c.argGrant = "|" + strconv.FormatInt(c.grantTTL(o.ttl).Milliseconds(), 10) + "|"
 	if o.fair {
 		c.argFair = argYes
@@ -284,7 +285,15 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOp
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
 	subscribeFirst := queue && notified && !subscribed
-	var argOwner, argTTL, argWaiter, argID any = owner, o.TTL.Milliseconds(), waiter, id
+	// Boxed once per call (and the default TTL once per client).
+	var argTTL, argWaiter, argID any = c.argTTL, waiter, id
+	if o.TTL != c.o.ttl {
+		argTTL = o.TTL.Milliseconds()
+	}
+	argOwner := argID // the owner is the call's id unless ctx names one
+	if owner != id {
+		argOwner = owner
+	}
 	queued := argNo
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {

@@ -65,8 +65,8 @@ type Watchdog struct {
 	cfg   Config
 	start time.Time
 	lost  chan struct{}
-	stop  chan struct{}
-	done  chan struct{} // closed when the loop ends, if it started
+	stop  chan struct{} // made when the loop starts (under mu); closed to end it
+	done  chan struct{} // made when the loop starts (under mu); closed when it ends
 
 	mu       sync.Mutex // protects err, timer, started, stopping
 	err      error
@@ -106,13 +106,7 @@ func Start(cfg Config) (*Watchdog, error) {
 	if cfg.LastRenewed.IsZero() {
 		cfg.LastRenewed = now
 	}
-	w := &Watchdog{
-		cfg:   cfg,
-		start: now,
-		lost:  make(chan struct{}),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-	}
+	w := &Watchdog{cfg: cfg, start: now, lost: make(chan struct{})}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// The timer's goroutine runs the loop and is owned by w: Stop and Lose
@@ -131,6 +125,8 @@ func (w *Watchdog) run() {
 		return
 	}
 	w.started = true
+	// Made here, not in Start: most leases end before their first renewal.
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
 	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -168,7 +164,9 @@ func (w *Watchdog) end(cause error) {
 	}
 	if !w.stopping {
 		w.stopping = true
-		close(w.stop)
+		if w.started {
+			close(w.stop)
+		}
 		w.timer.Stop()
 	}
 	started := w.started
