@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -53,6 +54,7 @@ type procResult struct {
 	Secs    float64 `json:"secs"`    // the timed phase
 	Failed  int64   `json:"failed"`  // lock calls that gave up (and were called again)
 	Mallocs float64 `json:"mallocs"` // heap allocations per pair in the worker
+	CPUUS   float64 `json:"cpu_us"`  // the worker's CPU time (user + system) per pair, µs
 	WaitsUS []int64 `json:"waits"`   // hot: lock call to holding, µs
 	Holds   []int64 `json:"holds"`   // hot: wall-clock ns of each hold, start and end, in pairs
 }
@@ -115,6 +117,7 @@ func lockWorker(args []string) error {
 	}
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	cpu0 := selfCPU()
 	var res procResult
 	if *key == "" {
 		begin := time.Now()
@@ -136,6 +139,7 @@ func lockWorker(args []string) error {
 			return err
 		}
 	}
+	res.CPUUS = (selfCPU() - cpu0).Seconds() * 1e6 / float64(max(res.Pairs, 1))
 	runtime.ReadMemStats(&ms1)
 	res.Mallocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(max(res.Pairs, 1))
 	return json.NewEncoder(os.Stdout).Encode(res)
@@ -195,6 +199,15 @@ func procHot(ctx context.Context, l lkLocker, key string, g int, d time.Duration
 	res.Secs = time.Since(begin).Seconds()
 	res.Pairs = int64(len(res.WaitsUS))
 	return res, nil
+}
+
+// selfCPU is the CPU time this process has used (user + system).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func procGaveUp(ctx context.Context, err error) bool {
@@ -283,7 +296,7 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
 
 // procRun is one measured run of n workers with the same arguments.
 type procRun struct {
-	perSec, calls, cpuUS, mallocs, failed float64
+	perSec, calls, cpuUS, mallocs, failed, clientUS float64
 	waitsUS                               []int64
 	counts                                []int64
 	holds                                 [][]int64
@@ -322,7 +335,7 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, args 
 	}
 	var r procRun
 	var pairs int64
-	var secs, mallocs float64
+	var secs, mallocs, clientUS float64
 	for _, w := range ws {
 		res, err := w.result()
 		if err != nil {
@@ -331,6 +344,7 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, args 
 		pairs += res.Pairs
 		secs = max(secs, res.Secs)
 		mallocs += res.Mallocs * float64(res.Pairs)
+		clientUS += res.CPUUS * float64(res.Pairs)
 		r.failed += float64(res.Failed)
 		r.waitsUS = append(r.waitsUS, res.WaitsUS...)
 		r.counts = append(r.counts, res.Pairs)
@@ -349,6 +363,7 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, args 
 	r.calls = float64(statsDelta(stats0, stats1)-2) / p // less the INFO cpu and commandstats calls
 	r.cpuUS = (cpu1 - cpu0) * 1e6 / p
 	r.mallocs = mallocs / p
+	r.clientUS = clientUS / p
 	return r, nil
 }
 
@@ -412,13 +427,14 @@ func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClien
 	base := med("redislock", func(r procRun) float64 { return r.perSec })
 	t := Table{
 		Title: fmt.Sprintf("(a) uncontended, each library in its own process: 32 goroutines, each lock+release of its own key (median of %d interleaved rounds of %v, a fresh process per round)", env.Rounds, env.Dur),
-		Cols:  []string{"library", "pairs/s", "vs redislock", "Redis calls/pair (incl. in scripts)", "Redis CPU µs/pair", "allocs/pair (worker)"},
+		Cols:  []string{"library", "pairs/s", "vs redislock", "Redis calls/pair (incl. in scripts)", "Redis CPU µs/pair", "client CPU µs/pair", "allocs/pair (client)"},
 	}
 	for _, name := range libs {
 		ps := med(name, func(r procRun) float64 { return r.perSec })
 		t.Row(name, ps, Ratio(ps, base),
 			med(name, func(r procRun) float64 { return r.calls }),
 			med(name, func(r procRun) float64 { return r.cpuUS }),
+			med(name, func(r procRun) float64 { return r.clientUS }),
 			med(name, func(r procRun) float64 { return r.mallocs }))
 	}
 	t.Print(env.Out)
