@@ -15,7 +15,8 @@
 //
 //	P{key}            hash    owner -> hold count; PEXPIRE TTL; reserved fields (owners never start with NUL):
 //	                          "\x00t" the hold's fencing token, "\x00l:<call id>" one per hold level
-//	                          ("1" fresh, "0" re-entry), "\x00grant" a granted waiter's entry
+//	                          ("1" fresh, "0" re-entry), "\x00grant" a granted waiter's entry,
+//	                          "\x00p" the level id a hand-off released, "\x00w" a waiter may be queued
 //	P{key}:fence      string  fencing counter; no TTL, never deleted by a release
 //	P{key}:q          list    queued waiters, in arrival order: "<client id>:<n>|<grant ms>|<owner>"
 //	P{key}:qt         zset    waiter -> deadline (Redis server time, ms)
@@ -47,7 +48,14 @@
 // value.
 //
 // Release (release.lua): not the owner's level → not held. Decrement; at zero
-// delete the hash and grant the lock to the first live queued waiter: in
+// delete the hash and, if the hash's "\x00w" field says a waiter may be
+// queued, grant the lock to the first live queued waiter. (A waiter that
+// queues while the hash exists sets the field, and so does whoever creates
+// a hold while entries are left in the queue; an uncontended release reads
+// no queue. A waiter queued while no hash existed, after its holder's key
+// expired, and not seen when the next hold was created, calls in on its
+// own timer, as after a lost message; clients of older versions, which do
+// not set the field, wait the same way.) The grant: in
 // the same script its owner becomes the holder (count 1, the next fencing
 // token, a TTL of min(its TTL, its waiter timeout)), the entry is recorded
 // under the hash field "\x00grant", and one message on that waiter's
