@@ -26,9 +26,11 @@ local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
 local req, floor = ARGV[8] or '', ARGV[9]
 
 local held = redis.call('exists', lock) == 1
+local waiting = false -- the hash has WAITING
 if held then
   local lvl = LEVEL .. req
-  local v = redis.call('hmget', lock, owner, GRANT, lvl)
+  local v = redis.call('hmget', lock, owner, GRANT, lvl, WAITING)
+  waiting = v[4] ~= false
   if v[1] then
     if not tonumber(v[1]) then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
     local t = hold_token(lock, fence)
@@ -65,9 +67,7 @@ else
     -- if it ran before (its reply lost) while the lock was held.
     -- A waiter that was queued (or the head of a fair queue) leaves others
     -- behind it, who now wait on this hold.
-    if (dequeue(queue, deadlines, waiter) or first) and redis.call('exists', queue) == 1 then
-      redis.call('hset', lock, WAITING, 1)
-    end
+    if dequeue(queue, deadlines, waiter) or first then redis.call('hset', lock, WAITING, 1) end
     return {1, t, 1}
   end
 end
@@ -80,7 +80,7 @@ if waiter ~= '' then
   redis.call('pexpire', queue, bound)
   redis.call('pexpire', deadlines, bound)
   -- The holder's release must pass the lock on (no TTL change: HSET keeps it).
-  if held then redis.call('hset', lock, WAITING, 1) end
+  if held and not waiting then redis.call('hset', lock, WAITING, 1) end
 end
 -- The fencing counter goes with the answer: a grant made after this attempt
 -- has a larger token, so the waiter can tell it from an older one.
@@ -88,6 +88,9 @@ local f = tonumber(redis.call('get', fence)) or 0
 local pttl = redis.call('pttl', lock)
 if pttl > 0 then return {0, pttl, f} end
 if pttl == -1 then return {0, bound, f} end
+-- PTTL reads the clock, not the script's frozen time: a hold that EXISTS
+-- saw can answer 0 in its last millisecond. It ends then.
+if held then return {0, 1, f} end
 -- Free, but a fair queue's head has its turn: wait at most until it would be skipped.
 local first = head(queue, deadlines)
 if not first then return {0, 1, f} end

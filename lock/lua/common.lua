@@ -69,9 +69,10 @@ end
 --   PREV           the id of the level a hand-off released to make this hold
 --   WAITING        "1": a waiter may be queued, so the outermost release
 --                  looks at the queue (pass). Set by every waiter that
---                  queues while the hash exists, and by whoever creates the
---                  hash while entries are left in the queue; a release of a
---                  hash without it deletes the hash and reads no queue.
+--                  queues while the hash exists, and on every hold made by
+--                  a grant or taken by a waiter that was queued (others may
+--                  be queued behind it); a release of a hash without it
+--                  deletes the hash and reads no queue.
 --                  (A waiter queued while no hash existed, after a holder's
 --                  key expired, and not seen by the next holder's creation,
 --                  tries again on its own timer, as after a lost message.)
@@ -125,8 +126,8 @@ local function pass(lock, fence, queue, deadlines, prefix)
   end
   redis.call('lpop', queue)
   redis.call('zrem', deadlines, w)
-  redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, string.format('%.0f', t), LEVEL .. id, 1)
-  if redis.call('llen', queue) > 0 then redis.call('hset', lock, WAITING, 1) end
+  -- WAITING: others may be queued behind (the release reads the queue).
+  redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, string.format('%.0f', t), LEVEL .. id, 1, WAITING, 1)
   redis.call('pexpire', lock, ms)
   redis.call('publish', prefix .. string.match(id, '^(.*):'), id .. '|' .. string.format('%.0f', t))
   return true
