@@ -88,9 +88,28 @@ func TestCorruptedState(t *testing.T) {
 	}
 	t.Run("fencing counter is not a number", func(t *testing.T) {
 		key := uniqueKey(t)
-		rdb.Set(ctx, lock.DefaultPrefix+"{"+key+"}:fence", "abc", 0)
+		fence := lock.DefaultPrefix + "{" + key + "}:fence"
+		rdb.Set(ctx, fence, "abc", 0)
 		if _, err := c.TryObtain(ctx, key); err == nil {
 			t.Fatal("TryObtain with a corrupted fencing counter succeeded")
+		}
+		// Nothing written: the counter as it was, no hold.
+		if v, err := rdb.Get(ctx, fence).Result(); err != nil || v != "abc" {
+			t.Fatalf("counter after the failed obtain: %q %v, want it untouched", v, err)
+		}
+		if n, _ := rdb.Exists(ctx, lock.DefaultPrefix+"{"+key+"}").Result(); n != 0 {
+			t.Fatal("a hold was created beside a corrupted counter")
+		}
+	})
+	t.Run("fencing counter holds a hash", func(t *testing.T) {
+		key := uniqueKey(t)
+		fence := lock.DefaultPrefix + "{" + key + "}:fence"
+		rdb.HSet(ctx, fence, "a", 1)
+		if _, err := c.TryObtain(ctx, key); err == nil {
+			t.Fatal("TryObtain with a fencing counter of another type succeeded")
+		}
+		if v, err := rdb.HGet(ctx, fence, "a").Result(); err != nil || v != "1" {
+			t.Fatalf("counter after the failed obtain: %q %v, want the hash untouched", v, err)
 		}
 	})
 	t.Run("hold count corrupted while held", func(t *testing.T) {

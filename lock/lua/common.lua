@@ -44,19 +44,36 @@ end
 -- an older RDB, the lost tail of an everysec AOF, a failover to a lagging
 -- replica) or not at all, the clock alone exceeds every token handed out
 -- before, unless the clock went back.
+--
+-- On Redis 7 (redis.REDIS_VERSION_NUM appeared in 7.0) one SET ... GET
+-- writes the clock and reads the counter; a second SET follows only when
+-- the counter was ahead of the clock. Older servers GET, then SET.
+local SETGET = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
 local function new_token(fence, floor)
-  local c = redis.call('get', fence)
-  local n = tonumber(c or 0)
-  if not n then fail('lock: fencing counter ' .. fence .. ' is not a number') end
   local f = tonumber(floor or 0) or 0
   if f <= 0 then
     local s, us = time()
     f = s * 1000000 + us
   end
-  local t = math.max(n + 1, f)
-  local ts = string.format('%.0f', t)
+  local fs = string.format('%.0f', f)
+  local c
+  if SETGET then
+    c = redis.call('set', fence, fs, 'get') -- (a key of another type: an error, nothing written)
+  else
+    c = redis.call('get', fence)
+  end
+  local n = tonumber(c or 0)
+  if not n then
+    if SETGET then redis.call('set', fence, c) end -- put it back: the script fails having changed nothing
+    fail('lock: fencing counter ' .. fence .. ' is not a number')
+  end
+  if n + 1 <= f then
+    if not SETGET then redis.call('set', fence, fs) end
+    return f, fs
+  end
+  local ts = string.format('%.0f', n + 1)
   redis.call('set', fence, ts)
-  return t, ts
+  return n + 1, ts
 end
 
 -- Reserved hash fields (owners may not start with a NUL byte):
