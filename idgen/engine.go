@@ -37,6 +37,7 @@ type engine struct {
 	offset atomic.Int64
 
 	lost <-chan struct{}
+	held func() bool // WithLeaseDeadline; nil: none
 
 	// ceiling is the first tick a borrow may not reach: for a generator built
 	// WithHighWater, the tick of the last mark stored (the mark it started
@@ -90,6 +91,7 @@ func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o o
 		maxLead:  int64(o.maxLead),
 		elapsed:  o.elapsed,
 		lost:     o.lost,
+		held:     o.held,
 	}
 	e.limit = max(int64(o.tolerance), e.borrow)
 	e.start = e.now()
@@ -211,6 +213,9 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 		return 0, 0, ErrLeaseLost
 	}
 	t := e.now() // e.read(), by hand: this is the hot path
+	if e.held != nil && !e.held() { // after the reading: the IDs' time is before the lease's deadline
+		return 0, 0, ErrLeaseLost
+	}
 	ns := t.UnixNano() - e.epochNs
 	if e.logical {
 		if ns, err = e.logicalTime(t, ns); err != nil {
@@ -248,7 +253,7 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 				if old&retiredBit != 0 {
 					return 0, 0, e.retiredErr()
 				}
-				if ns, err = e.read(); err != nil {
+				if ns, err = e.readHeld(); err != nil {
 					return 0, 0, err
 				}
 				if behind = int64(old>>e.seqBits)*e.tickNs - ns; behind > e.limit {
@@ -297,10 +302,20 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 		} else {
 			sleepFor(time.Duration(d))
 		}
-		if ns, err = e.read(); err != nil {
+		if ns, err = e.readHeld(); err != nil {
 			return 0, 0, err
 		}
 	}
+}
+
+// readHeld is read for issuing: ErrLeaseLost once the lease's deadline
+// (WithLeaseDeadline) has passed at the reading.
+func (e *engine) readHeld() (int64, error) {
+	ns, err := e.read()
+	if err == nil && e.held != nil && !e.held() {
+		return 0, ErrLeaseLost
+	}
+	return ns, err
 }
 
 // sleepFor waits about d: a real sleep for all but spinMargin of it, then a

@@ -20,6 +20,7 @@ type options struct {
 	highWater  time.Time
 	persistent bool // WithHighWater was given: borrow only below stored marks
 	lost       <-chan struct{}
+	held       func() bool // WithLeaseDeadline: false once the lease's local deadline passed
 	rand       io.Reader
 }
 
@@ -137,6 +138,21 @@ func WithHighWater(mark time.Time) Option {
 // non-blocking channel receive per call. The default is nil: never lost.
 func WithLease(lost <-chan struct{}) Option {
 	return func(o *options) { o.lost = lost }
+}
+
+// WithLeaseDeadline ties a Snowflake or Serial to a lease whose end its
+// holder knows locally (a renewal's send time plus the TTL, say): held
+// reports whether that deadline is still ahead, on a monotonic clock. Next
+// and NextN call it after every clock reading they issue IDs at, and return
+// ErrLeaseLost once it reports false. WithLease alone is not enough there: a
+// process stopped past the deadline (SIGSTOP, a long GC pause, a frozen VM)
+// resumes with its callers running before the goroutine that closes lost,
+// and would issue IDs for a worker number another process may hold by then.
+// An ID read before the deadline carries a time before it, below the IDs of
+// a next holder that took over after it. held must be fast (it runs per
+// call) and safe for concurrent use. The default is nil: no deadline.
+func WithLeaseDeadline(held func() bool) Option {
+	return func(o *options) { o.held = held }
 }
 
 // WithRand sets the source of randomness of an ObjectIDGenerator (its 5-byte

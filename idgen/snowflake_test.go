@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -583,6 +584,43 @@ func TestLease(t *testing.T) {
 		t.Fatalf("waiting Next = %v, %v; want ErrLeaseLost", r.v, r.err)
 	}
 	clock.Advance(time.Second)
+	if _, err := g.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
+		t.Fatalf("Next = %v, want ErrLeaseLost", err)
+	}
+	if n, err := g.NextN(ids); n != 0 || !errors.Is(err, idgen.ErrLeaseLost) {
+		t.Fatalf("NextN = %d, %v; want ErrLeaseLost", n, err)
+	}
+}
+
+// TestLeaseDeadline: once the held function of WithLeaseDeadline reports
+// false (the lease's deadline passed, say while the process was stopped),
+// Next, NextN and a caller waiting for the next tick return ErrLeaseLost,
+// though the lost channel is still open; held is asked after the clock is
+// read, so no ID carries a time read after the deadline.
+func TestLeaseDeadline(t *testing.T) {
+	l := idgen.LayoutTwitter
+	clock := newClock(t0)
+	var held atomic.Bool
+	held.Store(true)
+	var readAt, askedAt atomic.Int64 // order of the last clock reading and held call
+	var seq atomic.Int64
+	now := func() time.Time { readAt.Store(seq.Add(1)); return clock.Now() }
+	g := newSnowflake(t, l, 1, idgen.WithClock(now), idgen.WithLease(make(chan struct{})),
+		idgen.WithLeaseDeadline(func() bool { askedAt.Store(seq.Add(1)); return held.Load() }))
+	ids := make([]int64, 4096)
+	if n, err := g.NextN(ids); err != nil || n != 4096 {
+		t.Fatalf("NextN = %d, %v", n, err)
+	}
+	if askedAt.Load() < readAt.Load() {
+		t.Fatal("held was asked before the clock reading the IDs carry")
+	}
+	next := await(g.Next) // waits for the next tick
+	time.Sleep(5 * time.Millisecond)
+	held.Store(false)
+	clock.Advance(time.Millisecond)
+	if r := <-next; !errors.Is(r.err, idgen.ErrLeaseLost) {
+		t.Fatalf("waiting Next = %v, %v; want ErrLeaseLost", r.v, r.err)
+	}
 	if _, err := g.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
 		t.Fatalf("Next = %v, want ErrLeaseLost", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,9 @@ type Watchdog struct {
 	cfg   Config
 	start time.Time
 	lost  chan struct{}
+	// until is the lease's deadline (the last successful renewal's send
+	// time, or LastRenewed, plus its TTL) in ns after start; Held reads it.
+	until atomic.Int64
 	stop  chan struct{} // made when the loop starts (under mu); closed to end it
 	done  chan struct{} // made when the loop starts (under mu); closed when it ends
 
@@ -107,6 +111,7 @@ func Start(cfg Config) (*Watchdog, error) {
 		cfg.LastRenewed = now
 	}
 	w := &Watchdog{cfg: cfg, start: now, lost: make(chan struct{})}
+	w.until.Store(int64(cfg.LastRenewed.Add(cfg.FirstTTL).Sub(now)))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// The timer's goroutine runs the loop and is owned by w: Stop and Lose
@@ -131,6 +136,22 @@ func (w *Watchdog) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w.loop(ctx, cancel)
+}
+
+// Held reports whether the lease's deadline (the send time of the last
+// successful renewal, or LastRenewed, plus its TTL) is still ahead by
+// Config.Now, and it has not been reported lost. Unlike Lost, it needs no
+// goroutine of the watchdog to have run: a process that was stopped (SIGSTOP,
+// a long GC pause) past the deadline sees false at once on resumption, while
+// Lost closes only when the watchdog's goroutine gets to run. It is cheap
+// (a clock reading and an atomic load) and safe for concurrent use.
+func (w *Watchdog) Held() bool {
+	select {
+	case <-w.lost:
+		return false
+	default:
+	}
+	return int64(w.cfg.Now().Sub(w.start)) < w.until.Load()
 }
 
 // Lost returns a channel that is closed when the lease is lost. Stop does
@@ -258,6 +279,7 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 			case r.err == nil:
 				lastOK, lastErr = r.at, nil
 				ttl, interval = cfg.TTL, cfg.Interval
+				w.until.Store(int64(lastOK.Add(ttl).Sub(start)))
 				next = r.at.Add(interval)
 			case errors.Is(r.err, ErrNotHeld):
 				w.lose(r.err)

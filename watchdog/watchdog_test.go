@@ -295,3 +295,71 @@ func TestFirstTTL(t *testing.T) {
 		}
 	})
 }
+
+// TestHeld: Held turns false when the deadline (last renewal sent + TTL)
+// passes by Config.Now, without the watchdog's goroutine having run: the
+// clock here jumps past it (a process resumed after a stop) while Lost is
+// still open; a renewal moves it on.
+func TestHeld(t *testing.T) {
+	var off atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
+	renewed := make(chan struct{}, 10)
+	w, err := watchdog.Start(watchdog.Config{
+		TTL: time.Hour, Now: now,
+		Renew: func(context.Context) error { renewed <- struct{}{}; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if !w.Held() {
+		t.Fatal("Held false at the start")
+	}
+	off.Store(int64(59 * time.Minute))
+	if !w.Held() {
+		t.Fatal("Held false before the deadline")
+	}
+	off.Store(int64(61 * time.Minute))
+	if w.Held() {
+		t.Fatal("Held true past the deadline")
+	}
+	select {
+	case <-w.Lost():
+		t.Fatal("Lost closed: the loop ran (its timer fires after 20 min of real time)")
+	default:
+	}
+	w.Lose(errors.New("done"))
+	off.Store(0)
+	if w.Held() {
+		t.Fatal("Held true after Lose")
+	}
+}
+
+// TestHeldAfterRenewal: a successful renewal moves Held's deadline to its
+// send time plus the TTL.
+func TestHeldAfterRenewal(t *testing.T) {
+	var off atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
+	renewed := make(chan struct{}, 100)
+	w, err := watchdog.Start(watchdog.Config{
+		TTL: 300 * time.Millisecond, Now: now,
+		Renew: func(context.Context) error {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for range 3 { // renewed every 100 ms
+		<-renewed
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !w.Held() {
+		t.Fatal("Held false after renewals, 400 ms after the start (the first deadline was 300 ms)")
+	}
+}

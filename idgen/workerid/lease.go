@@ -17,6 +17,7 @@ type Lease struct {
 	id         int64
 	max        int64
 	lost       <-chan struct{}
+	held       func() bool // the lease's deadline is still ahead (its keeper's Held)
 	cause      func() error
 	hw         idgen.HighWaterStore
 	checkpoint time.Duration
@@ -44,7 +45,9 @@ func (l *Lease) ID() int64 { return l.id }
 // already before the final mark is stored), and after a loss its final mark
 // is stored in the background (retried for up to 10 s), so that the ID's
 // next holder starts above it if the store answers before that holder loads
-// the mark.
+// the mark. The generator also checks the lease's deadline itself, per call
+// (idgen.WithLeaseDeadline): a process stopped past it issues nothing once
+// it resumes, even before Lost has closed.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Err returns why the lease ended (ErrReleased after Release), or nil while
@@ -97,7 +100,7 @@ func (l *Lease) NewSnowflake(ctx context.Context, layout idgen.Layout, opts ...i
 	// OpenSnowflake starts above the stored mark and, for a borrowing
 	// generator, stores a first reservation: it borrows only below marks
 	// that the store holds.
-	all := append([]idgen.Option{idgen.WithLease(l.lost)}, opts...)
+	all := append([]idgen.Option{idgen.WithLease(l.lost), idgen.WithLeaseDeadline(l.held)}, opts...)
 	s, err := idgen.OpenSnowflake(ctx, l.hw, layout, l.id, all...)
 
 	l.mu.Lock()

@@ -14,6 +14,9 @@ import (
 var zkServer *testserver.ZooKeeper
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(pauseHolderEnv); spec != "" { // a holder process of TestPausedHolderIssuesNothing
+		os.Exit(pauseHolder(spec))
+	}
 	var err error
 	if zkServer, err = testserver.NewZooKeeper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

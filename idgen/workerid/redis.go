@@ -152,6 +152,7 @@ func (r *RedisLeaser) keep(service string, id int64, key, record string, sent ti
 		id:         id,
 		max:        r.opts.max,
 		lost:       wd.Lost(),
+		held:       wd.Held,
 		cause:      wd.Err,
 		hw:         &redisHighWater{rdb: r.rdb, key: r.hwKey(service, id)},
 		checkpoint: r.opts.checkpoint,

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -303,6 +304,7 @@ func (z *ZKLeaser) keep(service string, id int64, p string, sent time.Time) (*Le
 		id:         id,
 		max:        z.opts.max,
 		lost:       k.lost,
+		held:       k.Held,
 		cause:      k.Err,
 		hw:         &zkHighWater{z: z, path: z.hwPath(service, id)},
 		checkpoint: z.opts.checkpoint,
@@ -346,6 +348,9 @@ type zkKeeper struct {
 	stop    chan struct{} // closed by Lose
 	done    chan struct{} // closed when the loop has returned
 
+	base    time.Time    // a clock reading at the start (monotonic origin of untilNs)
+	untilNs atomic.Int64 // until, in ns after base (Held)
+
 	mu         sync.Mutex // protects the fields below
 	err        error
 	until      time.Time // the lease is lost then, unless a later heartbeat succeeds
@@ -361,6 +366,7 @@ func startKeeper(conn *zk.Conn, path string, session int64, T time.Duration, sen
 		conn: conn, path: path, session: session, timeout: T,
 		tick: min(max(T/30, 5*time.Millisecond), 100*time.Millisecond),
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		base: time.Now(),
 	}
 	k.noteSent(sent)
 	k.noteAlive(sent)
@@ -420,7 +426,20 @@ func (k *zkKeeper) noteAlive(sent time.Time) {
 	}
 	if until := sent.Add(window - k.tick); until.After(k.until) {
 		k.until = until
+		k.untilNs.Store(int64(until.Sub(k.base)))
 	}
+}
+
+// Held reports whether the lease's window is still ahead and it has not been
+// reported lost, without waiting for the keeper's loop to run (see
+// watchdog.Watchdog.Held).
+func (k *zkKeeper) Held() bool {
+	select {
+	case <-k.lost:
+		return false
+	default:
+	}
+	return int64(time.Since(k.base)) < k.untilNs.Load()
 }
 
 func (k *zkKeeper) run() {
