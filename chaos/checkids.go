@@ -44,6 +44,7 @@ type idLease struct {
 	Acquired  int64
 	Lost      int64 // Lost closed (not by Release), or 0
 	Release   int64 // Release invoked, or 0
+	Released  int64 // Release returned, or 0
 	Blocks    int
 	IDs       int64
 	LastStart int64 // the latest call the lease's generator began
@@ -109,6 +110,8 @@ func CheckIDs(in IDInput) (*Result, error) {
 			}
 		case opLeaseRelease:
 			l.Release = e.Mono
+		case opLeaseReleased:
+			l.Released = e.Mono
 		}
 	}
 	r.Procs = len(procs)
@@ -193,14 +196,28 @@ func (r *Result) checkBlock(leases map[string]*idLease, proc string, h BlockHead
 			break
 		}
 	}
-	if end := l.end(); end != 0 && h.Start > end {
+	if end := l.over(); end != 0 && h.Start > end {
 		r.violateIDs(aAfterLoss, part, fmt.Sprintf("%s began a call %.3f ms after its lease %d of worker %d was reported lost (or released) and got %d IDs, first %d",
 			proc, float64(h.Start-end)/1e6, l.N, l.Worker, len(ids), ids[0]), l)
 	}
 }
 
-// end is when the lease's process learned that the lease was over: the
-// loss, or the release's invocation; 0 if neither (a process killed holding).
+// over is when the generator of the lease must have stopped: Lost closed
+// (a loss), or Release returned (Release stops it first, so a call may
+// still begin while Release runs, and fail); 0 if neither (a process
+// killed holding it).
+func (l *idLease) over() int64 {
+	switch {
+	case l.Lost != 0 && l.Released != 0:
+		return min(l.Lost, l.Released)
+	case l.Lost != 0:
+		return l.Lost
+	}
+	return l.Released
+}
+
+// end is when the lease's process learned that the lease was over or began
+// to give it up: the loss, or the release's invocation; 0 if neither.
 func (l *idLease) end() int64 {
 	switch {
 	case l.Lost != 0 && l.Release != 0:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -28,7 +29,8 @@ import (
 //     Snowflake;
 //   - seg: redisid Segments of one tag on the same Redis.
 //
-// Both Snowflakes read the process's clock, time.Now plus an offset that
+// Leases are released now and then while their generators are in use, and
+// taken again. Both Snowflakes read the process's clock, time.Now plus an offset that
 // the nemesis steps through the slot's control file (clock-step). A lost
 // lease is given up (Release) and a new one taken. IDs go to the process's
 // ID file (idfile.go), lease and clock events to its JSON-lines history.
@@ -129,11 +131,14 @@ type idsClient struct {
 	file  *IDFile
 	clock *stepClock
 	rdb   *redis.Client
+
+	mu sync.Mutex // protects r
+	r  *rand.Rand
 }
 
 // runIDs runs the three parts until ctx ends.
 func runIDs(ctx context.Context, cfg clientConfig, rec *Recorder) error {
-	c := &idsClient{cfg: cfg, rec: rec, clock: &stepClock{}}
+	c := &idsClient{cfg: cfg, rec: rec, clock: &stepClock{}, r: rand.New(rand.NewPCG(cfg.seed, 0x696473))}
 	seq, off, err := readControl(cfg.ctl)
 	if err != nil {
 		return err
@@ -242,8 +247,12 @@ func (c *idsClient) snowflakes(ctx context.Context, part uint8, l leaser) {
 	}
 }
 
-// leased runs one lease: the loss watcher, the generator, its goroutines,
-// then the release.
+// leased runs one lease: the loss watcher, the generator and its
+// goroutines, then the release. A lease that is neither lost nor ended by
+// ctx is released after a random 0.2 to 2 s while its goroutines are still
+// drawing IDs (Release stops the generator first, then stores its final
+// mark, then frees the ID); the part waits up to 50 ms before leasing
+// again, so another process may take the ID meanwhile.
 func (c *idsClient) leased(ctx context.Context, part uint8, n int, lease *workerid.Lease) {
 	name := partNames[part]
 	base := Event{Part: name, Lease: n, Worker: lease.ID()}
@@ -262,17 +271,25 @@ func (c *idsClient) leased(ctx context.Context, part uint8, n int, lease *worker
 		case <-done:
 		}
 	}()
-	defer func() {
+	released := false
+	release := func() {
+		if released {
+			return
+		}
+		released = true
 		e := base
 		e.Op = opLeaseRelease
 		c.rec.Record(e)
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := lease.Release(rctx)
 		cancel()
-		close(done)
-		watch.Wait()
 		e.Op, e.Res = opLeaseReleased, errKind(err, errName{workerid.ErrReleased, "released"})
 		c.rec.Record(e)
+	}
+	defer func() {
+		release()
+		close(done)
+		watch.Wait()
 	}()
 
 	// The generator: a clock behind the stored mark (a step back) fails
@@ -304,12 +321,31 @@ func (c *idsClient) leased(ctx context.Context, part uint8, n int, lease *worker
 	var wg sync.WaitGroup
 	for g := range idGoroutines {
 		wg.Add(1)
-		go func() { // owned by leased: ends at the loss or when ctx ends
+		go func() { // owned by leased: ends at the loss or the release, or when ctx ends
 			defer wg.Done()
 			c.issue(ctx, part, uint8(g), n, lease, sf)
 		}()
 	}
+	hold := time.NewTimer(time.Duration(200+c.rnd(1800)) * time.Millisecond)
+	select {
+	case <-ctx.Done():
+	case <-lease.Lost():
+	case <-hold.C:
+		release() // while the goroutines draw IDs
+	}
+	hold.Stop()
 	wg.Wait()
+	release()
+	if ctx.Err() == nil {
+		sleepCtx(ctx, time.Duration(c.rnd(50))*time.Millisecond)
+	}
+}
+
+// rnd returns a number in [0, n), from the process's seeded source.
+func (c *idsClient) rnd(n int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.r.Int64N(n)
 }
 
 // issue draws IDs from sf until its lease is lost or ctx ends.

@@ -246,6 +246,14 @@ func TestCheckIDs(t *testing.T) {
 			h.lease("a", "redis", 1, 2, 0, 100, true)
 			h.block("a", partRedis, 1, 2, 99, 105, sf(t, 2, 99, 0))
 		}},
+		{name: "call begun while Release runs", build: func(t *testing.T, h *idHist) {
+			h.lease("a", "zk", 1, 2, 0, 100, false) // release invoked at 100, returned at 101
+			h.block("a", partZK, 1, 2, 100, 102, sf(t, 2, 100, 0))
+		}},
+		{name: "call begun after Release returned", build: func(t *testing.T, h *idHist) {
+			h.lease("a", "zk", 1, 2, 0, 100, false)
+			h.block("a", partZK, 1, 2, 102, 103, sf(t, 2, 102, 0))
+		}, anomalies: []string{aAfterLoss}},
 		{name: "call on a worker ID another process leased", build: func(t *testing.T, h *idHist) {
 			h.lease("a", "zk", 1, 4, 0, 0, false) // never told
 			h.block("a", partZK, 1, 4, 10, 11, sf(t, 4, 10, 0))

@@ -136,6 +136,11 @@ func plan(cfg runConfig) []step {
 			s.Target = rnd.IntN(cfg.procs)
 		case fClientPause:
 			s.Target, s.Dur = rnd.IntN(cfg.procs), span(life*3/2, life*3)
+			if cfg.backend == "ids" {
+				// Past the Redis TTL and the session either way; shorter,
+				// so the short profile's window holds every kind.
+				s.Dur = span(life*5/4, life*2)
+			}
 		case fProxyBlackhole:
 			s.Target, s.Dur = rnd.IntN(cfg.procs), span(life/4, life*2)
 		case fZKExpire:

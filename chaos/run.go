@@ -44,9 +44,9 @@ func (c runConfig) durFor(b string, flag time.Duration) time.Duration {
 // profiles: short is part of make test (every fault kind at least once
 // per backend); long is make chaos.
 var profiles = map[string]runConfig{
-	"short": {dur: 30 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
+	"short": {dur: 25 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
 		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
-		durs: map[string]time.Duration{"ids": 20 * time.Second}, idRate: 20_000},
+		durs: map[string]time.Duration{"ids": 24 * time.Second}, idRate: 20_000},
 	"long": {quiet: 10 * time.Second, procs: 4, workers: 4, keys: 6, hold: 3 * time.Millisecond,
 		ttl: time.Second, session: 2 * time.Second, faults: 150, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
 		// What fits in 30 minutes on 2 cores, by each backend's throughput.
@@ -161,6 +161,7 @@ type runMeta struct {
 	HealedAt int64          `json:"healed_at"`
 	StopAt   int64          `json:"stop_at"`
 	Faults   map[string]int `json:"faults"`
+	Missing  []string       `json:"missing_faults,omitempty"` // kinds of the backend not injected before the load phase ended
 	Plan     []string       `json:"plan"`
 }
 
@@ -194,6 +195,11 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
+		for _, k := range faultKinds(cfg.backend) {
+			if meta.Faults[k] == 0 {
+				meta.Missing = append(meta.Missing, k)
+			}
+		}
 		if err := e.heal(); err != nil {
 			return fmt.Errorf("healing: %w", err)
 		}
