@@ -370,8 +370,8 @@ func (r *Result) violateIDs(kind, part, what string, ls ...*idLease) {
 		return
 	}
 	var evs []Event
-	for _, l := range ls {
-		if l != nil {
+	for i, l := range ls {
+		if l != nil && !slices.Contains(ls[:i], l) {
 			evs = append(evs, l.events...)
 		}
 	}
