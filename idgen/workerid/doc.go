@@ -22,6 +22,16 @@
 //
 // Lost closes when the lease ends; Err says why.
 //
+// Both leasers stop a holder's generator by closing Lost, which a goroutine
+// of the holder's process does when its deadline has passed. A holder
+// stopped (a GC pause, SIGSTOP, a VM frozen) across that deadline cannot do
+// so while stopped: once it resumes, its callers may draw IDs before that
+// goroutine runs, and a call that was under way when it stopped completes,
+// while another process may already hold the ID. Both can then issue the
+// same IDs for the moment it takes the resumed holder to notice; the
+// high-water marks do not help, since the newcomer started above the last
+// mark stored before the pause. Nothing in this package prevents that.
+//
 // # Generators and high-water marks
 //
 // Lease.NewSnowflake returns the lease's generator, built with
