@@ -163,6 +163,7 @@ func CheckIDs(in IDInput) (*Result, error) {
 		for i := 1; i < len(ids); i++ {
 			if ids[i] == ids[i-1] {
 				r.Info[iDupValues]++
+				r.Info[iDupValues+"-"+partNames[p]]++
 				if len(dups) < 1<<20 {
 					dups[ids[i]] |= 1 << p
 				}
