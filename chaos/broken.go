@@ -10,7 +10,15 @@ import (
 )
 
 // brokenBuild names what this build breaks, for the report.
-const brokenBuild = "leases never report a loss (Lost never closes, Release hides ErrNotHeld)"
+const brokenBuild = "leases never report a loss (Lost never closes, Release hides ErrNotHeld); " +
+	"the ids workload answers a clock step back with a fresh Snowflake on the same worker ID (no high-water mark, no lease)"
+
+// brokenIDs makes the ids workload (ids.go) "recover" from
+// *idgen.ClockBackwardsError the way a careless caller might: by building a
+// new generator on its worker ID, which starts from the stepped-back clock
+// and reissues the IDs of the ticks it went back over. The checker must
+// flag the duplicates.
+const brokenIDs = true
 
 // wrapLocker, in the chaosbroken build only, wraps every backend so that it
 // skips what the lock docs promise a holder: its lease never tells it of a

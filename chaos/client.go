@@ -50,6 +50,9 @@ type clientConfig struct {
 	seed     uint64
 	owners   string        // "call": a new owner per lock.Do; "goroutine": one per goroutine
 	hold     time.Duration // a section sleeps up to this between its read and its write
+	ctl      string        // ids: the slot's control file (clock steps)
+	idsOut   string        // ids: the ID file
+	rate     int           // ids: IDs per second per part (0: no limit)
 }
 
 func parseClient(args []string) (clientConfig, error) {
@@ -68,6 +71,9 @@ func parseClient(args []string) (clientConfig, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the client's key choices")
 	fs.DurationVar(&c.hold, "hold", 10*time.Millisecond, "a section sleeps a random time up to this between its counter read and write")
 	fs.StringVar(&c.owners, "owners", "call", "call (a new owner per lock.Do) or goroutine (one owner per goroutine, kept across calls)")
+	fs.StringVar(&c.ctl, "ctl", "", "ids: the slot's control file")
+	fs.StringVar(&c.idsOut, "ids", "", "ids: the ID file")
+	fs.IntVar(&c.rate, "rate", 0, "ids: IDs per second per part (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -77,10 +83,14 @@ func parseClient(args []string) (clientConfig, error) {
 	switch {
 	case !validBackend(c.backend):
 		return c, fmt.Errorf("chaos client: unknown backend %q", c.backend)
-	case len(c.addrs) == 0, c.resource == "", c.out == "", c.proc == "":
-		return c, errors.New("chaos client: -addrs, -resource, -out and -proc are required")
+	case len(c.addrs) == 0, c.out == "", c.proc == "":
+		return c, errors.New("chaos client: -addrs, -out and -proc are required")
+	case c.backend != "ids" && c.resource == "":
+		return c, errors.New("chaos client: -resource is required")
 	case c.owners != "call" && c.owners != "goroutine":
 		return c, fmt.Errorf("chaos client: -owners %q: want call or goroutine", c.owners)
+	case c.backend == "ids" && (c.ctl == "" || c.idsOut == "" || len(c.addrs) < 2 || c.rate < 0):
+		return c, errors.New("chaos client: ids needs -ctl, -ids, ZooKeeper and Redis -addrs, -rate not negative")
 	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0 || c.hold < 0:
 		return c, errors.New("chaos client: -keys, -workers, -ttl and -session must be positive, -hold not negative")
 	}
@@ -89,14 +99,15 @@ func parseClient(args []string) (clientConfig, error) {
 
 func validBackend(b string) bool {
 	switch b {
-	case "lock", "fair", "redlock", "zk":
+	case "lock", "fair", "redlock", "zk", "ids":
 		return true
 	}
 	return false
 }
 
 // runClient is a client process: workers goroutines run lock.Do on random
-// hot keys until SIGTERM (or SIGINT), recording every step.
+// hot keys until SIGTERM (or SIGINT), recording every step; for the ids
+// backend, runIDs.
 func runClient(args []string) error {
 	cfg, err := parseClient(args)
 	if err != nil {
@@ -111,6 +122,9 @@ func runClient(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if cfg.backend == "ids" {
+		return runIDs(ctx, cfg, rec)
+	}
 
 	locker, closeLocker, err := dialLocker(ctx, cfg)
 	if err != nil {

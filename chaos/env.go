@@ -29,6 +29,7 @@ type env struct {
 	resource *testserver.Redis
 	slots    []*slot
 	faults   *faultLog
+	nzk      int // a slot's first nzk proxies lead to ZooKeeper nodes
 
 	wg sync.WaitGroup // the slots' wait goroutines
 }
@@ -39,6 +40,8 @@ type env struct {
 type slot struct {
 	i       int
 	proxies []*testserver.Proxy
+	ctl     string // ids: the control file (ids.go)
+	clock   int64  // ids: the last seq written to ctl; only the nemesis writes it
 
 	mu     sync.Mutex // protects gen, cmd, exited
 	gen    int
@@ -64,8 +67,10 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 	if e.faults, err = newFaultLog(filepath.Join(dir, "faults.jsonl")); err != nil {
 		return e, err
 	}
-	if e.resource, err = testserver.NewRedis(); err != nil {
-		return e, err
+	if cfg.backend != "ids" { // the ids workload has no protected resource
+		if e.resource, err = testserver.NewRedis(); err != nil {
+			return e, err
+		}
 	}
 	var targets []string
 	switch cfg.backend {
@@ -84,14 +89,28 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 		for _, n := range e.zk.Nodes() {
 			targets = append(targets, n.Addr())
 		}
+	case "ids":
+		// ZooKeeper first, Redis last: the client takes the last address as Redis.
+		if e.zk, err = testserver.NewZooKeeperEnsemble(3); err != nil {
+			return e, err
+		}
+		for _, n := range e.zk.Nodes() {
+			targets = append(targets, n.Addr())
+		}
+		if e.redis, err = testserver.NewRedisMasters(1); err != nil {
+			return e, err
+		}
 	default:
 		return e, fmt.Errorf("unknown backend %q", cfg.backend)
 	}
 	for _, r := range e.redis {
 		targets = append(targets, r.Addr())
 	}
+	if e.zk != nil {
+		e.nzk = len(e.zk.Nodes())
+	}
 	for i := range cfg.procs {
-		s := &slot{i: i}
+		s := &slot{i: i, ctl: filepath.Join(dir, fmt.Sprintf("ctl-s%d", i))}
 		e.slots = append(e.slots, s)
 		for _, t := range targets {
 			p, err := testserver.NewProxy(t)
@@ -118,13 +137,21 @@ func (e *env) spawn(s *slot) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(e.self, "client",
+	args := []string{"client",
 		"-backend", e.cfg.backend, "-addrs", strings.Join(addrs, ","),
-		"-resource", e.resource.Addr(), "-keys", strconv.Itoa(e.cfg.keys),
+		"-keys", strconv.Itoa(e.cfg.keys),
 		"-workers", strconv.Itoa(e.cfg.workers), "-ttl", e.cfg.ttl.String(),
 		"-session", e.cfg.session.String(), "-proc", proc, "-owners", e.cfg.owners, "-hold", e.cfg.hold.String(),
 		"-out", filepath.Join(e.dir, "hist-"+proc+".jsonl"),
-		"-seed", strconv.FormatUint(e.cfg.seed*1000+uint64(s.i*100+s.gen), 10))
+		"-seed", strconv.FormatUint(e.cfg.seed*1000+uint64(s.i*100+s.gen), 10)}
+	if e.resource != nil {
+		args = append(args, "-resource", e.resource.Addr())
+	}
+	if e.cfg.backend == "ids" {
+		args = append(args, "-ctl", s.ctl, "-ids", filepath.Join(e.dir, "ids-"+proc+".bin"),
+			"-rate", strconv.Itoa(e.cfg.idRate))
+	}
+	cmd := exec.Command(e.self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -223,6 +250,11 @@ func (e *env) heal() error {
 	for _, s := range e.slots {
 		for _, p := range s.proxies {
 			p.Reset()
+		}
+		if e.cfg.backend == "ids" {
+			if err := e.setClock(s, 0); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if cmd, exited, _ := s.current(); cmd != nil {
 			select {

@@ -28,8 +28,16 @@ type Event struct {
 	Owner string `json:"owner,omitempty"`
 	Res   string `json:"res,omitempty"` // result: ok, refused, notheld, timeout, error: …
 	Val   int64  `json:"v,omitempty"`   // counter value read or written
-	Wall  int64  `json:"wall"`
-	Mono  int64  `json:"mono"`
+	// The ids backend (ids.go): the part (zk, redis, seg), the process's
+	// lease number for it, the worker ID, a clock reading (Unix ns) and the
+	// clock's offset (ns).
+	Part   string `json:"part,omitempty"`
+	Lease  int    `json:"lease,omitempty"`
+	Worker int64  `json:"worker,omitempty"`
+	Clock  int64  `json:"clock,omitempty"`
+	Off    int64  `json:"off,omitempty"`
+	Wall   int64  `json:"wall"`
+	Mono   int64  `json:"mono"`
 }
 
 // Ops in a history. A lock.Do call writes invoke, then acquired or fail;

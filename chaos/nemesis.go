@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ type Fault struct {
 	Start  int64  `json:"start"`
 	End    int64  `json:"end"`
 	Wall   int64  `json:"wall"`
+	Detail string `json:"detail,omitempty"` // clock-step: the step and how long it lasted
 	Err    string `json:"err,omitempty"`
 }
 
@@ -81,6 +83,7 @@ const (
 	fMajorityRestart = "majority-restart"  // Redlock: 3 of 5 masters down briefly, restart empty
 	fZKExpire        = "zk-session-expire" // black-hole a client past its session timeout
 	fZKNodeKill      = "zk-node-kill"      // kill -9 a ZooKeeper node, restart it
+	fClockStep       = "clock-step"        // ids: step a client's clock back or forward, then back to true
 )
 
 func faultKinds(backend string) []string {
@@ -92,6 +95,9 @@ func faultKinds(backend string) []string {
 		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart)
 	case "zk":
 		return append(common, fZKExpire, fZKNodeKill)
+	case "ids":
+		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
+			fZKExpire, fZKNodeKill}
 	}
 	return nil
 }
@@ -103,6 +109,7 @@ type step struct {
 	Kind   string
 	Target int           // slot or server index
 	Dur    time.Duration // how long the fault lasts
+	Step   time.Duration // clock-step: the step, negative for back
 }
 
 // plan draws n steps: every kind of the backend once (in a seeded order),
@@ -120,8 +127,8 @@ func plan(cfg runConfig) []step {
 		}
 		s := step{Kind: k, Gap: cfg.gapMin + time.Duration(rnd.Int64N(int64(cfg.gapMax-cfg.gapMin)+1))}
 		life := cfg.ttl // how long a holder's lease survives without its process
-		if cfg.backend == "zk" {
-			life = cfg.session
+		if cfg.backend == "zk" || cfg.backend == "ids" {
+			life = max(cfg.session, cfg.ttl)
 		}
 		span := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo)+1)) }
 		switch k {
@@ -129,6 +136,11 @@ func plan(cfg runConfig) []step {
 			s.Target = rnd.IntN(cfg.procs)
 		case fClientPause:
 			s.Target, s.Dur = rnd.IntN(cfg.procs), span(life*3/2, life*3)
+			if cfg.backend == "ids" {
+				// Past the Redis TTL and the session either way; shorter,
+				// so the short profile's window holds every kind.
+				s.Dur = span(life*5/4, life*2)
+			}
 		case fProxyBlackhole:
 			s.Target, s.Dur = rnd.IntN(cfg.procs), span(life/4, life*2)
 		case fZKExpire:
@@ -143,6 +155,15 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(5), span(500*time.Millisecond, 2*time.Second)
 		case fMajorityRestart:
 			s.Target, s.Dur = rnd.IntN(5), span(200*time.Millisecond, 1*time.Second)
+		case fClockStep:
+			// 1 ms to 1 s, log-uniform (steps within the generators'
+			// 5 ms tolerance as well as far beyond it); back twice as
+			// often as forward.
+			s.Target, s.Dur = rnd.IntN(cfg.procs), span(300*time.Millisecond, 1500*time.Millisecond)
+			s.Step = time.Duration(float64(time.Millisecond) * math.Pow(1000, rnd.Float64())).Round(time.Microsecond)
+			if rnd.IntN(3) > 0 {
+				s.Step = -s.Step
+			}
 		}
 		steps = append(steps, s)
 	}
@@ -153,8 +174,8 @@ func serverCount(backend string) int {
 	switch backend {
 	case "redlock":
 		return 5
-	case "zk":
-		return 3
+	case "zk", "ids":
+		return 3 // ids: ZooKeeper nodes; its one Redis takes any index
 	}
 	return 1
 }
@@ -221,7 +242,10 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		f.Target = f.Proc
 		// The paused holder: wait (up to a second) until the process
 		// holds a lock, so the pause lands inside a critical section.
-		e.waitHolding(ctx, f.Proc, time.Second)
+		// (A process of the ids backend holds its worker IDs throughout.)
+		if e.cfg.backend != "ids" {
+			e.waitHolding(ctx, f.Proc, time.Second)
+		}
 		if err = sl.signal(syscall.SIGSTOP); err != nil {
 			return f
 		}
@@ -249,15 +273,26 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		sl := client()
 		_, _, f.Proc = sl.current()
 		f.Target = f.Proc
-		for _, p := range sl.proxies {
+		zkp := sl.proxies[:e.nzk] // ids: its Redis stays reachable
+		for _, p := range zkp {
 			p.SetBlackhole(true)
 		}
 		// The server expires a session within its timeout plus a tick or two.
 		sleepCtx(ctx, e.cfg.session+3*testserver.ZKTick)
-		for _, p := range sl.proxies {
+		for _, p := range zkp {
 			p.Cut()
 			p.SetBlackhole(false)
 		}
+	case fClockStep:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		f.Detail = fmt.Sprintf("%v for %v", s.Step, s.Dur)
+		if err = e.setClock(sl, int64(s.Step)); err != nil {
+			return f
+		}
+		sleepCtx(ctx, s.Dur)
+		err = e.setClock(sl, 0)
 	case fServerPause:
 		if e.zk != nil {
 			n := e.zk.Nodes()[s.Target%len(e.zk.Nodes())]
@@ -321,6 +356,13 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		err = fmt.Errorf("unknown fault kind %q", s.Kind)
 	}
 	return f
+}
+
+// setClock sets the clock offset of slot s's processes (ids.go's control
+// file) to off ns.
+func (e *env) setClock(s *slot, off int64) error {
+	s.clock++
+	return writeControl(s.ctl, s.clock, off)
 }
 
 // waitHolding polls the tail of proc's history until one of its holds has

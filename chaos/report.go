@@ -15,9 +15,11 @@ type Report struct {
 	Duration   string           `json:"duration"`
 	CheckTime  string           `json:"check_time"`
 	Sections   int              `json:"critical_sections"`
+	IDs        int64            `json:"ids"`
 	Procs      int              `json:"processes"`
 	Faults     map[string]int   `json:"faults"`
 	FaultTotal int              `json:"faults_total"`
+	Missing    []string         `json:"missing_faults,omitempty"`
 	Anomalies  map[string]int   `json:"anomalies"`
 	Documented map[string]int   `json:"documented"`
 	Info       map[string]int64 `json:"info"`
@@ -29,8 +31,11 @@ type Report struct {
 func newReport(meta runMeta, r *Result, check time.Duration) *Report {
 	rep := &Report{Backend: meta.Backend, Seed: meta.Seed, Duration: meta.Duration.String(),
 		CheckTime: check.Round(time.Millisecond).String(), Sections: r.Sections, Procs: r.Procs,
-		Faults: meta.Faults, Anomalies: r.Anomalies, Documented: r.Documented, Info: r.Info,
-		Linear: linearSummary(r.Linear), Violations: r.Violations}
+		Faults: meta.Faults, Missing: meta.Missing, Anomalies: r.Anomalies, Documented: r.Documented, Info: r.Info,
+		Linear: linearSummary(r.Linear), Violations: r.Violations, IDs: r.Info[iIDs]}
+	if meta.Backend == "ids" {
+		rep.Linear = "n/a"
+	}
 	for _, n := range meta.Faults {
 		rep.FaultTotal += n
 	}
@@ -62,11 +67,14 @@ func (r *Report) Markdown() string {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(&b, "### %s, seed %d: %s\n\n", r.Backend, r.Seed, verdict)
-	fmt.Fprintf(&b, "| backend | seed | duration | processes | critical sections | faults | anomalies | documented (reported) | porcupine |\n")
-	fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %d: %s | %s | %s | %s |\n\n", r.Backend, r.Seed, r.Duration,
-		r.Procs, r.Sections, r.FaultTotal, countList(r.Faults), countList(r.Anomalies), countList(r.Documented), r.Linear)
+	fmt.Fprintf(&b, "| backend | seed | duration | processes | critical sections | IDs | faults | anomalies | documented (reported) | porcupine |\n")
+	fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %d | %d: %s | %s | %s | %s |\n\n", r.Backend, r.Seed, r.Duration,
+		r.Procs, r.Sections, r.IDs, r.FaultTotal, countList(r.Faults), countList(r.Anomalies), countList(r.Documented), r.Linear)
 	fmt.Fprintf(&b, "Other counts: %s; check took %s.\n", countList(r.Info), r.CheckTime)
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(&b, "\nFault kinds not injected before the load phase ended: %s.\n", strings.Join(r.Missing, ", "))
+	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "\n**%s** on %s: %s\n", v.Kind, v.Key, v.What)
 		if len(v.Excerpt) > 0 {

@@ -29,6 +29,7 @@ type runConfig struct {
 	owners  string                   // client owner mode: call or goroutine
 	hold    time.Duration            // a section's work lasts up to this
 	durs    map[string]time.Duration // per backend, instead of dur
+	idRate  int                      // ids: IDs per second per part and process
 }
 
 // durFor is the load phase of backend b: flag (if set), the profile's
@@ -43,16 +44,18 @@ func (c runConfig) durFor(b string, flag time.Duration) time.Duration {
 // profiles: short is part of make test (every fault kind at least once
 // per backend); long is make chaos.
 var profiles = map[string]runConfig{
-	"short": {dur: 30 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
-		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond},
+	"short": {dur: 25 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
+		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
+		durs: map[string]time.Duration{"ids": 24 * time.Second}, idRate: 20_000},
 	"long": {quiet: 10 * time.Second, procs: 4, workers: 4, keys: 6, hold: 3 * time.Millisecond,
 		ttl: time.Second, session: 2 * time.Second, faults: 150, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
 		// What fits in 30 minutes on 2 cores, by each backend's throughput.
 		durs: map[string]time.Duration{"lock": 210 * time.Second, "fair": 300 * time.Second,
-			"redlock": 480 * time.Second, "zk": 600 * time.Second}},
+			"redlock": 480 * time.Second, "zk": 600 * time.Second, "ids": 75 * time.Second},
+		idRate: 40_000},
 }
 
-var allBackends = []string{"lock", "fair", "redlock", "zk"}
+var allBackends = []string{"lock", "fair", "redlock", "zk", "ids"}
 
 func runMain(args []string) (int, error) {
 	if len(args) > 0 && args[0] == "check" {
@@ -60,7 +63,7 @@ func runMain(args []string) (int, error) {
 	}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	profile := fs.String("profile", "short", "short or long")
-	backends := fs.String("backend", strings.Join(allBackends, ","), "comma-separated backends: lock, fair, redlock, zk")
+	backends := fs.String("backend", strings.Join(allBackends, ","), "comma-separated backends: lock, fair, redlock, zk, ids")
 	seed := fs.Uint64("seed", 0, "seed of the schedules (0: from the clock; printed)")
 	dur := fs.Duration("dur", 0, "load phase per backend (0: the profile's)")
 	faults := fs.Int("faults", 0, "faults per backend at most (0: the profile's)")
@@ -158,6 +161,7 @@ type runMeta struct {
 	HealedAt int64          `json:"healed_at"`
 	StopAt   int64          `json:"stop_at"`
 	Faults   map[string]int `json:"faults"`
+	Missing  []string       `json:"missing_faults,omitempty"` // kinds of the backend not injected before the load phase ended
 	Plan     []string       `json:"plan"`
 }
 
@@ -168,8 +172,8 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 	}
 	steps := plan(cfg)
 	meta := runMeta{Backend: cfg.backend, Seed: cfg.seed, Life: cfg.ttl, Duration: cfg.dur}
-	if cfg.backend == "zk" {
-		meta.Life = cfg.session
+	if cfg.backend == "zk" || cfg.backend == "ids" {
+		meta.Life = max(cfg.session, cfg.ttl)
 	}
 	for _, s := range steps {
 		meta.Plan = append(meta.Plan, fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur))
@@ -191,6 +195,11 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
+		for _, k := range faultKinds(cfg.backend) {
+			if meta.Faults[k] == 0 {
+				meta.Missing = append(meta.Missing, k)
+			}
+		}
 		if err := e.heal(); err != nil {
 			return fmt.Errorf("healing: %w", err)
 		}
@@ -198,6 +207,9 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
 		meta.StopAt = monoNow()
 		e.stopClients(15 * time.Second)
+		if e.resource == nil {
+			return nil
+		}
 		res, err := dumpResource(context.Background(), e.resource.Addr(), cfg.keys)
 		if err != nil {
 			return err
@@ -222,6 +234,9 @@ func checkDir(dir string) (*Report, error) {
 	if err := readJSON(filepath.Join(dir, "run.json"), &meta); err != nil {
 		return nil, err
 	}
+	if meta.Backend == "ids" {
+		return checkIDsDir(dir, meta)
+	}
 	var res Resource
 	if err := readJSON(filepath.Join(dir, "resource.json"), &res); err != nil {
 		return nil, err
@@ -237,6 +252,28 @@ func checkDir(dir string) (*Report, error) {
 	t := time.Now()
 	r := Check(Input{Backend: meta.Backend, Life: meta.Life, Events: evs, Faults: faults, Resource: &res,
 		HealedAt: meta.HealedAt, StopAt: meta.StopAt, OutDir: dir})
+	rep := newReport(meta, r, time.Since(t))
+	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
+		return nil, err
+	}
+	return rep, os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.Markdown()), 0o644)
+}
+
+// checkIDsDir checks a run of the ids backend stored in dir.
+func checkIDsDir(dir string, meta runMeta) (*Report, error) {
+	evs, err := ReadHistories(dir)
+	if err != nil {
+		return nil, err
+	}
+	faults, err := readFaults(filepath.Join(dir, "faults.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	t := time.Now()
+	r, err := CheckIDs(IDInput{Events: evs, Faults: faults, Dir: dir})
+	if err != nil {
+		return nil, err
+	}
 	rep := newReport(meta, r, time.Since(t))
 	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
 		return nil, err

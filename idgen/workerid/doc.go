@@ -22,6 +22,16 @@
 //
 // Lost closes when the lease ends; Err says why.
 //
+// Both leasers stop a holder's generator by closing Lost, which a goroutine
+// of the holder's process does when its deadline has passed. A holder
+// stopped (a GC pause, SIGSTOP, a VM frozen) across that deadline cannot run
+// that goroutine while stopped, so the generator does not rely on it: after
+// every clock reading it asks the lease's keeper whether the deadline is
+// still ahead (idgen.WithLeaseDeadline), and once it is not, Next returns
+// idgen.ErrLeaseLost at once on resumption. A call that read the clock
+// before the stop completes after it, with a time before the deadline,
+// below the IDs of a holder that took the ID over after the deadline.
+//
 // # Generators and high-water marks
 //
 // Lease.NewSnowflake returns the lease's generator, built with
