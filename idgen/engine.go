@@ -212,7 +212,7 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 	if e.isLost() {
 		return 0, 0, ErrLeaseLost
 	}
-	t := e.now() // e.read(), by hand: this is the hot path
+	t := e.now()                    // e.read(), by hand: this is the hot path
 	if e.held != nil && !e.held() { // after the reading: the IDs' time is before the lease's deadline
 		return 0, 0, ErrLeaseLost
 	}
