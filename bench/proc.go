@@ -215,6 +215,16 @@ func procGaveUp(ctx context.Context, err error) bool {
 		errors.As(err, new(*redsync.ErrTaken)) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 }
 
+// extraNames are the -coordkit-build libraries, sorted.
+func extraNames() []string {
+	names := make([]string, 0, len(extraCoordkit))
+	for n := range extraCoordkit {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // procWorker is a started worker process.
 type procWorker struct {
 	cmd   *exec.Cmd
@@ -222,11 +232,32 @@ type procWorker struct {
 	out   *bufio.Reader
 }
 
-func startWorker(ctx context.Context, args ...string) (*procWorker, error) {
+// extraCoordkit are other builds of this benchmark (-coordkit-build
+// name=path: an older coordkit, say) whose coordkit lock the lockproc suite
+// runs beside this build's, in the same interleaved rounds.
+var extraCoordkit = map[string]string{}
+
+func init() {
+	flag.Func("coordkit-build", "lockproc: also run coordkit from another build of this benchmark, as name=path (repeatable)", func(v string) error {
+		name, path, ok := strings.Cut(v, "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("want name=path, got %q", v)
+		}
+		extraCoordkit["coordkit@"+name] = path
+		return nil
+	})
+}
+
+// startWorker starts a worker of library lib (args: its other flags).
+func startWorker(ctx context.Context, lib string, args ...string) (*procWorker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
+	if path, ok := extraCoordkit[lib]; ok {
+		exe, lib = path, "coordkit"
+	}
+	args = append([]string{"-lib", lib}, args...)
 	cmd := exec.CommandContext(ctx, exe, append([]string{"lockworker"}, args...)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -297,12 +328,12 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
 // procRun is one measured run of n workers with the same arguments.
 type procRun struct {
 	perSec, calls, cpuUS, mallocs, failed, clientUS float64
-	waitsUS                               []int64
-	counts                                []int64
-	holds                                 [][]int64
+	waitsUS                                         []int64
+	counts                                          []int64
+	holds                                           [][]int64
 }
 
-func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, args ...string) (procRun, error) {
+func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib string, args ...string) (procRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ws := make([]*procWorker, 0, n)
@@ -314,7 +345,7 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, args 
 		}
 	}()
 	for range n {
-		w, err := startWorker(ctx, append([]string{"-addr", srv.Addr()}, args...)...)
+		w, err := startWorker(ctx, lib, append([]string{"-addr", srv.Addr()}, args...)...)
 		if err != nil {
 			return procRun{}, err
 		}
@@ -405,12 +436,12 @@ func runLockProcSuite(env *Env) error {
 // procUncontended: one process per library, 32 goroutines each locking
 // its own key.
 func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
-	libs := []string{"coordkit", "coordkit-fair", "redislock", "redsync"}
+	libs := append([]string{"coordkit", "coordkit-fair", "redislock", "redsync"}, extraNames()...)
 	res := make(map[string][]procRun)
 	for round := range env.Rounds {
 		for i := range libs {
 			name := libs[(i+round)%len(libs)] // a different library first each round
-			r, err := runWorkers(srv, admin, 1, "-lib", name, "-g", "32", "-dur", env.Dur.String())
+			r, err := runWorkers(srv, admin, 1, name, "-g", "32", "-dur", env.Dur.String())
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -444,13 +475,13 @@ func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClien
 // procHotKey: 16 processes of one library, one goroutine each, on one key.
 func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
 	const n = 16
-	libs := []string{"coordkit", "coordkit-fair", "redislock-1ms", "redsync-1ms"}
+	libs := append([]string{"coordkit", "coordkit-fair", "redislock-1ms", "redsync-1ms"}, extraNames()...)
 	res := make(map[string][]procRun)
 	for round := range env.Rounds {
 		for i := range libs {
 			name := libs[(i+round)%len(libs)]
 			key := lkKey("bench:ph")
-			r, err := runWorkers(srv, admin, n, "-lib", name, "-g", "1", "-key", key, "-dur", env.Dur.String())
+			r, err := runWorkers(srv, admin, n, name, "-g", "1", "-key", key, "-dur", env.Dur.String())
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
