@@ -210,19 +210,43 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 		return nil, err
 	}
 	if _, none := c.o.metrics.(noMetrics); none {
-		l, err := c.obtainLoop(ctx, key, wait, o)
+		l, err := c.obtainHeld(ctx, key, wait, o)
 		if err != nil {
 			return nil, err
 		}
 		return l, nil
 	}
 	begin := c.o.now()
-	l, err := c.obtainLoop(ctx, key, wait, o)
+	l, err := c.obtainHeld(ctx, key, wait, o)
 	c.o.metrics.Waited(key, c.o.now().Sub(begin), err)
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// obtainHeld runs obtainLoop until it gets a lease whose deadline is still
+// ahead. A lease's life runs from when its acquisition was sent: an answer
+// that arrived later than the TTL (held up in the network, or the process
+// stopped meanwhile) is a hold Redis may already have expired and given to
+// another owner. Such a lease is never returned: it is released (Redis
+// answers "not held" if it expired) and the call tries again, as a new call
+// (new level and request id), or fails with ErrNotObtained if it may not
+// wait.
+func (c *Client) obtainHeld(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
+	for {
+		l, err := c.obtainLoop(ctx, key, wait, o)
+		if err != nil || l.h.wd.Held() {
+			return l, err
+		}
+		_ = l.Release(ctx) // best effort: the key's TTL ends it otherwise
+		if !wait {
+			return nil, ErrNotObtained
+		}
+		if ctx.Err() != nil {
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		}
+	}
 }
 
 // obtainLoop runs the attempts, in key's local line when useGate says so.

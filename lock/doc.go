@@ -201,6 +201,13 @@
 //     the watchdog runs again (renewal answers "not held", or a whole TTL
 //     passed since the last successful renewal). Its later writes carry the
 //     older token.
+//   - The answer to an acquisition is held up (a congested or half-open
+//     link, the process stopped while it waited) until after the TTL has
+//     run from the moment it was sent: Redis may have expired the hold and
+//     given it to another owner by then. Obtain never returns such a lease
+//     (Client and Simple alike): it releases it and tries again, or TryObtain
+//     returns ErrNotObtained. A lease Obtain returns was held in Redis, by
+//     the client's clock, at the moment it returned.
 //   - A reply is lost and go-redis (or the caller) sends the command again:
 //     no effect beyond the first run (see Resent commands).
 //   - The connection to Redis is cut: renewals fail; Lost closes a TTL

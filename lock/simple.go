@@ -115,7 +115,18 @@ func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 			return nil, fmt.Errorf("lock: simple obtain %q: %w", key, err)
 		}
 		if len(res) == 2 && res[0] == 1 {
-			return s.newLease(key, k, value, res[1], o, sent), nil
+			l := s.newLease(key, k, value, res[1], o, sent)
+			if l.wd.Held() {
+				return l, nil
+			}
+			// The answer came after the lease's deadline (Client.obtainHeld):
+			// give it back and try again as a new holder.
+			_ = l.Release(ctx)
+			value = NewOwner()
+			if !wait {
+				return nil, ErrNotObtained
+			}
+			continue
 		}
 		if !wait {
 			return nil, ErrNotObtained
