@@ -232,22 +232,29 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 // another owner. Such a lease is never returned: it is released (Redis
 // answers "not held" if it expired) and the call tries again, as a new call
 // (new level and request id), or fails with ErrNotObtained if it may not
-// wait.
+// wait, or after maxLate such answers in a row (a TTL shorter than the
+// round trip never gets a lease).
 func (c *Client) obtainHeld(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
-	for {
+	for late := 1; ; late++ {
 		l, err := c.obtainLoop(ctx, key, wait, o)
 		if err != nil || l.h.wd.Held() {
 			return l, err
 		}
 		_ = l.Release(ctx) // best effort: the key's TTL ends it otherwise
-		if !wait {
+		switch {
+		case !wait:
 			return nil, ErrNotObtained
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		case late == maxLate:
+			return nil, fmt.Errorf("%w: %q: %d answers in a row came after the TTL %v had run out", ErrNotObtained, key, late, o.TTL)
 		}
 	}
 }
+
+// maxLate bounds the acquisitions in a row whose answer came too late
+// (obtainHeld).
+const maxLate = 5
 
 // obtainLoop runs the attempts, in key's local line when useGate says so.
 func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {

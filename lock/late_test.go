@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -95,5 +96,36 @@ func testLateAnswer(t *testing.T, simple bool) {
 	}
 	if r.l.Token() <= held.Token() {
 		t.Fatalf("token %d, want above the other holder's %d", r.l.Token(), held.Token())
+	}
+}
+
+// TestTTLBelowRoundTrip: when every answer comes after the TTL (a TTL
+// shorter than the round trip), Obtain gives up after a few tries with
+// ErrNotObtained instead of returning dead leases or trying for ever.
+func TestTTLBelowRoundTrip(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	srv := testserverRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := lock.New(rdb)
+	t.Cleanup(func() { c.Close() })
+	s := lock.NewSimple(rdb)
+	t.Cleanup(func() { s.Close() })
+	for _, l := range []lock.Locker{c, s} {
+		warm := mustObtain(t, ctx, l, uniqueKey(t)) // scripts loaded
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.SetLatency(40 * time.Millisecond) // 80 ms round trips
+	for _, l := range []lock.Locker{c, s} {
+		lease, err := l.Obtain(ctx, uniqueKey(t), lock.WithTTL(30*time.Millisecond))
+		if err == nil {
+			t.Fatalf("%T: Obtain returned a lease (token %d) though every answer came after the 30 ms TTL", l, lease.Token())
+		}
+		if !errors.Is(err, lock.ErrNotObtained) || ctx.Err() != nil {
+			t.Fatalf("%T: Obtain: %v, want ErrNotObtained before the test's deadline", l, err)
+		}
 	}
 }

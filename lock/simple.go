@@ -99,6 +99,7 @@ func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 		retry = simpleDelay
 	}
 	var timer *time.Timer
+	late := 0 // answers in this call that came after the TTL (Client.obtainHeld)
 	for attempt := 1; ; attempt++ {
 		s.mu.Lock()
 		closed := s.closed
@@ -123,8 +124,8 @@ func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 			// give it back and try again as a new holder.
 			_ = l.Release(ctx)
 			value = NewOwner()
-			if !wait {
-				return nil, ErrNotObtained
+			if late++; !wait || late == maxLate {
+				return nil, fmt.Errorf("%w: %q: %d answers in a row came after the TTL %v had run out", ErrNotObtained, key, late, o.TTL)
 			}
 			continue
 		}
