@@ -420,6 +420,15 @@ func overlaps(holds [][]int64) int {
 	return n
 }
 
+// medianOf is the median of f over rs.
+func medianOf(rs []procRun, f func(procRun) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return Median(xs)
+}
+
 func runLockProcSuite(env *Env) error {
 	srv, err := env.Redis()
 	if err != nil {
@@ -448,13 +457,7 @@ func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClien
 			res[name] = append(res[name], r)
 		}
 	}
-	med := func(name string, f func(procRun) float64) float64 {
-		xs := make([]float64, len(res[name]))
-		for i, r := range res[name] {
-			xs[i] = f(r)
-		}
-		return Median(xs)
-	}
+	med := func(name string, f func(procRun) float64) float64 { return medianOf(res[name], f) }
 	base := med("redislock", func(r procRun) float64 { return r.perSec })
 	t := Table{
 		Title: fmt.Sprintf("(a) uncontended, each library in its own process: 32 goroutines, each lock+release of its own key (median of %d interleaved rounds of %v, a fresh process per round)", env.Rounds, env.Dur),
@@ -491,13 +494,7 @@ func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) er
 			res[name] = append(res[name], r)
 		}
 	}
-	med := func(name string, f func(procRun) float64) float64 {
-		xs := make([]float64, len(res[name]))
-		for i, r := range res[name] {
-			xs[i] = f(r)
-		}
-		return Median(xs)
-	}
+	med := func(name string, f func(procRun) float64) float64 { return medianOf(res[name], f) }
 	q := func(p float64) func(procRun) float64 {
 		return func(r procRun) float64 {
 			ws := slices.Sorted(slices.Values(r.waitsUS))
