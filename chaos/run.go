@@ -47,12 +47,13 @@ var profiles = map[string]runConfig{
 	"short": {dur: 25 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
 		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
 		durs: map[string]time.Duration{"ids": 24 * time.Second}, idRate: 20_000},
-	"long": {quiet: 10 * time.Second, procs: 4, workers: 4, keys: 6, hold: time.Millisecond,
+	"long": {quiet: 5 * time.Second, procs: 4, workers: 4, keys: 6, hold: time.Millisecond,
 		ttl: time.Second, session: 2 * time.Second, faults: 150, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
 		// What fits in 30 minutes on 2 cores, by each backend's throughput
-		// (at least 100,000 sections each).
-		durs: map[string]time.Duration{"lock": 240 * time.Second, "fair": 300 * time.Second,
-			"redlock": 450 * time.Second, "zk": 480 * time.Second, "ids": 75 * time.Second},
+		// in the last long run (sections/s: lock 567, fair 366, redlock 218,
+		// zk 179), for at least 100,000 sections each.
+		durs: map[string]time.Duration{"lock": 210 * time.Second, "fair": 280 * time.Second,
+			"redlock": 470 * time.Second, "zk": 560 * time.Second, "ids": 60 * time.Second},
 		idRate: 40_000},
 }
 
