@@ -1,0 +1,50 @@
+package redlock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
+)
+
+// TestHandOffLateAnswersRelease: the answers of a hand-off round come from
+// two of three masters after the node timeout (the scripts ran there: the
+// hold was handed over). The round fails for the next in line, and its
+// undo must still find that the releasing lease was held there: its
+// Release returns nil, not ErrNotHeld, and the next in line gets the lock
+// in an attempt of its own. (A guard: the Redlock hot-key benchmark once
+// saw ErrNotHeld from a Release after hand-off timeouts on 3 of 5 masters;
+// this schedule does not reproduce it.)
+func TestHandOffLateAnswersRelease(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	proxies := make([]*testserver.Proxy, 3)
+	addrs := make([]string, 3)
+	for i := range proxies {
+		proxies[i] = testserver.StartProxy(t, shared[i].Addr())
+		addrs[i] = proxies[i].Addr()
+	}
+	c, err := redlock.New(dial(t, addrs...), redlock.WithNodeTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
+	next := inLine(t, ctx, c, key, "owner-b")
+	proxies[1].SetLatency(40 * time.Millisecond) // 80 ms round trips: past the node timeout
+	proxies[2].SetLatency(40 * time.Millisecond)
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release of a held lease whose hand-off answers came late: %v", err)
+	}
+	proxies[1].SetLatency(0)
+	proxies[2].SetLatency(0)
+	got := <-next
+	if got.err != nil {
+		t.Fatalf("the next in line: %v", got.err)
+	}
+	if err := got.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
