@@ -33,12 +33,12 @@ type Info struct {
 }
 
 // grantField is the hash field under which a release records the waiter it
-// granted the lock to (GRANT in lua/common.lua). Owners may not start with
+// granted the lock to (GRANT in lua/fence.lua). Owners may not start with
 // a NUL byte, so it is never an owner.
 const grantField = "\x00grant"
 
 // tokenField is the hash field that holds the fencing token of the current
-// hold (TOKEN in lua/common.lua).
+// hold (TOKEN in lua/fence.lua).
 const tokenField = "\x00t"
 
 // Held reports whether some owner holds the lock.
@@ -69,7 +69,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		case owner == tokenField:
 			info.HoldToken, _ = strconv.ParseInt(s, 10, 64)
 			continue
-		case strings.HasPrefix(owner, "\x00"): // a level's id (common.lua)
+		case strings.HasPrefix(owner, "\x00"): // a level's id (LEVEL in lua/fence.lua)
 			continue
 		}
 		n, err := strconv.ParseInt(s, 10, 64)

@@ -127,7 +127,7 @@ func lockKeys(prefix, key string) []string {
 }
 
 // grantTTL is the TTL a release grants a queued waiter whose lease TTL is
-// ttl (common.lua): at most the waiter timeout, so that a waiter that
+// ttl (queue.lua): at most the waiter timeout, so that a waiter that
 // vanished holds the lock no longer than it would keep its place in the
 // queue. Its watchdog renews it to ttl.
 func (c *Client) grantTTL(ttl time.Duration) time.Duration { return min(ttl, c.o.waiterTimeout) }

@@ -1,13 +1,13 @@
 -- acquire: take or re-enter the reentrant hash lock, take a lock granted to
--- this waiter (common.lua), or join the wait queue.
+-- this waiter (queue.lua), or join the wait queue.
 --
--- KEYS[1] lock hash    <prefix>{key}        field = owner, value = hold count; TOKEN, LEVEL fields (common.lua)
+-- KEYS[1] lock hash    <prefix>{key}        field = owner, value = hold count; TOKEN, LEVEL fields (fence.lua)
 -- KEYS[2] fence        <prefix>{key}:fence  fencing counter, never expires
--- KEYS[3] queue        <prefix>{key}:q      list of waiters (common.lua), arrival order
+-- KEYS[3] queue        <prefix>{key}:q      list of waiters (queue.lua), arrival order
 -- KEYS[4] deadlines    <prefix>{key}:qt     zset waiter -> server-time ms after which it is skipped
 -- ARGV[1] owner
 -- ARGV[2] TTL in ms
--- ARGV[3] waiter: its queue entry (common.lua), or "" to make one attempt without queueing
+-- ARGV[3] waiter: its queue entry (queue.lua), or "" to make one attempt without queueing
 -- ARGV[4] "1" fair (FIFO, no barging), "0" not
 -- ARGV[5] waiter bound in ms: a waiter that does not call again within it is skipped
 -- ARGV[6] wake-up channel prefix (unused; kept for the argument layout)
@@ -25,7 +25,29 @@ local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
 local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
 local req, floor = ARGV[8] or '', ARGV[9]
 
+-- fresh makes the new hold of the free lock. others: waiters are queued
+-- behind it (it was a fair queue's live head).
+local function fresh(others)
+  local t, ts = new_token(fence, floor) -- first: a corrupted counter fails before any write
+  if req ~= '' then
+    redis.call('hset', lock, owner, 1, TOKEN, ts, LEVEL .. req, 1)
+  else
+    redis.call('hset', lock, owner, 1, TOKEN, ts)
+  end
+  redis.call('pexpire', lock, ttl)
+  -- Out of the queue: queued by an earlier attempt, or by this very call
+  -- if it ran before (its reply lost) while the lock was held.
+  -- A waiter that was queued (or the head of a fair queue) leaves others
+  -- behind it, who now wait on this hold.
+  if dequeue(queue, deadlines, waiter) or others then redis.call('hset', lock, WAITING, 1) end
+  return {1, t, 1}
+end
+
 local held = redis.call('exists', lock) == 1
+-- The common case, before queue.lua's helpers: a free lock outside fair mode.
+if not held and not fair then return fresh(false) end
+--#queue
+
 local waiting = false -- the hash has WAITING
 if held then
   local lvl = LEVEL .. req
@@ -53,23 +75,9 @@ if held then
     return {1, t, 0}
   end
 else
-  local first
-  if fair then first = head(queue, deadlines) end
-  if not fair or not first or first == waiter then
-    local t, ts = new_token(fence, floor) -- first: a corrupted counter fails before any write
-    if req ~= '' then
-      redis.call('hset', lock, owner, 1, TOKEN, ts, LEVEL .. req, 1)
-    else
-      redis.call('hset', lock, owner, 1, TOKEN, ts)
-    end
-    redis.call('pexpire', lock, ttl)
-    -- Out of the queue: queued by an earlier attempt, or by this very call
-    -- if it ran before (its reply lost) while the lock was held.
-    -- A waiter that was queued (or the head of a fair queue) leaves others
-    -- behind it, who now wait on this hold.
-    if dequeue(queue, deadlines, waiter) or first then redis.call('hset', lock, WAITING, 1) end
-    return {1, t, 1}
-  end
+  -- Fair: free, and this waiter's turn unless the queue's live head is another.
+  local first = head(queue, deadlines)
+  if not first or first == waiter then return fresh(first) end
 end
 
 -- Not obtained: queue (or refresh) the waiter, and say how long to wait.

@@ -1,5 +1,5 @@
 -- force_release: delete the lock whoever holds it (operators only) and pass
--- it to the next live waiter (common.lua). The fencing counter is kept.
+-- it to the next live waiter (queue.lua). The fencing counter is kept.
 -- Safe to resend: its answer is stored under a per-request marker, so the
 -- same request sent again (its reply was lost) does not delete the hold of
 -- the waiter it passed the lock to.

@@ -1,6 +1,6 @@
 -- release: drop one hold level; at zero delete the lock and pass it to the
--- first live waiter (common.lua: grant it, or wake that one waiter only) if
--- the hash says one may be queued (WAITING, common.lua).
+-- first live waiter (queue.lua: grant it, or wake that one waiter only) if
+-- the hash says one may be queued (WAITING, fence.lua).
 --
 -- Safe to retry: a release stores its answer for the release window, so the
 -- same request sent again (its reply was lost; go-redis or the caller
@@ -67,16 +67,21 @@ end
 -- passed to a waiter, who may take a token at once) a marker key does.
 -- (Incremented whatever it holds: a counter above the token, after a
 -- restore, stays increasing and a resend then answers "not held".)
--- Without WAITING no waiter is queued: delete, and read no queue.
-local passed = false
-if v[4] then
-  passed = pass(lock, fence, queue, deadlines, prefix)
-else
+-- record stores the answer after a release that freed the lock; passed:
+-- whether it passed it to a waiter.
+local function record(passed)
+  if not passed and v[3] then
+    redis.call('incr', fence)
+  else
+    redis.call('set', marker, 0, 'px', markerTTL)
+  end
+  return 0
+end
+-- Without WAITING no waiter is queued: delete, and read no queue (the
+-- common case, before queue.lua's helpers).
+if not v[4] then
   redis.call('del', lock)
+  return record(false)
 end
-if not passed and v[3] then
-  redis.call('incr', fence)
-else
-  redis.call('set', marker, 0, 'px', markerTTL)
-end
-return 0
+--#queue
+return record(pass(lock, fence, queue, deadlines, prefix))

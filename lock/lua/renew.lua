@@ -14,7 +14,7 @@
 local token, level = ARGV[3] or '', ARGV[4] or ''
 local v = redis.call('hmget', KEYS[1], ARGV[1], '\0t', '\0l:' .. level)
 if not v[1] then return 0 end
-if v[2] then -- a hold that records its token and levels (common.lua)
+if v[2] then -- a hold that records its token and levels (fence.lua)
   if token ~= '' and v[2] ~= token then return 0 end
   if level ~= '' and not v[3] then return 0 end
 end

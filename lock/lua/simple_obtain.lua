@@ -18,7 +18,7 @@ if cur == ARGV[1] then
   return {1, n}
 end
 if cur then return {0, redis.call('pttl', KEYS[1])} end
--- The next token, as new_token in common.lua: the larger of the counter + 1
+-- The next token, as new_token in fence.lua: the larger of the counter + 1
 -- and the server's clock in µs, so it exceeds every token handed out even
 -- when the counter came back with an old value (an older RDB, a lost AOF
 -- tail, a lagging replica).

@@ -1,16 +1,7 @@
--- common: put in front of acquire, release, handoff, leave and force_release
--- (scripts.go); the helpers they share.
---
--- A queue entry names a waiter, in one of two forms:
---   "<client id>:<n>"                   woken: a release publishes it on its
---                                       client's channel, and it acquires;
---   "<client id>:<n>|<grant ms>|<owner>" granted: a release makes owner the
---                                       holder (TTL grant ms), records the
---                                       entry under the hash field GRANT and
---                                       publishes "<client id>:<n>|<token>".
--- A granted waiter holds the lock from that moment: it takes the lease from
--- the message, or, if the message is lost, from its next acquire.lua (which
--- finds its entry under GRANT), or gives it back in leave.lua.
+-- fence: first in every script that takes or passes the lock (scripts.go
+-- puts it in front of acquire, release, handoff, leave and force_release,
+-- and queue.lua after it); the fencing token, the server clock and the
+-- hash's reserved fields.
 
 local GRANT = '\0grant'
 
@@ -18,20 +9,18 @@ local GRANT = '\0grant'
 -- returning redis.error_reply would not end the script).
 local function fail(msg) error({err = msg}) end
 
-local now_s, now_us
--- time reads Redis server time once per script: seconds and microseconds.
+local now
+-- time reads Redis server time once per script: the TIME reply, {seconds,
+-- microseconds}, as strings.
 local function time()
-  if not now_s then
-    local t = redis.call('time')
-    now_s, now_us = tonumber(t[1]), tonumber(t[2])
-  end
-  return now_s, now_us
+  if not now then now = redis.call('time') end
+  return now
 end
 
 -- clock returns Redis server time in ms.
 local function clock()
-  local s, us = time()
-  return s * 1000 + math.floor(us / 1000)
+  local t = time()
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- new_token takes the next fencing token: the larger of the counter + 1 and
@@ -50,12 +39,17 @@ end
 -- the counter was ahead of the clock. Older servers GET, then SET.
 local SETGET = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
 local function new_token(fence, floor)
-  local f = tonumber(floor or 0) or 0
-  if f <= 0 then
-    local s, us = time()
-    f = s * 1000000 + us
+  local f, fs = tonumber(floor or 0) or 0
+  if f > 0 then
+    fs = string.format('%.0f', f)
+  else
+    -- The clock in µs as a decimal string, without string.format (it costs
+    -- more than the rest of this function): seconds, then the microseconds
+    -- zero-padded to 6 digits.
+    local t = time()
+    fs = t[1] .. string.sub('00000' .. t[2], -6)
+    f = tonumber(fs)
   end
-  local fs = string.format('%.0f', f)
   local c
   if SETGET then
     c = redis.call('set', fence, fs, 'get') -- (a key of another type: an error, nothing written)
@@ -95,27 +89,6 @@ end
 --                  tries again on its own timer, as after a lost message.)
 local TOKEN, LEVEL, PREV, WAITING = '\0t', '\0l:', '\0p', '\0w'
 
--- hold_token returns the fencing token of the hold in lock (a hash written
--- before TOKEN existed: the counter's value).
-local function hold_token(lock, fence)
-  local t = tonumber(redis.call('hget', lock, TOKEN))
-  if t then return t end
-  return tonumber(redis.call('get', fence)) or 0
-end
-
--- head drops the waiters whose deadline passed (server time) and returns the
--- first live one, or nil.
-local function head(queue, deadlines)
-  while true do
-    local w = redis.call('lindex', queue, 0)
-    if not w then return nil end
-    local d = redis.call('zscore', deadlines, w)
-    if d and tonumber(d) > clock() then return w end
-    redis.call('lpop', queue)
-    redis.call('zrem', deadlines, w)
-  end
-end
-
 -- dequeue takes a waiter that now holds the lock out of the queue (one
 -- command when it was not queued) and returns whether it was queued.
 local function dequeue(queue, deadlines, waiter)
@@ -124,29 +97,5 @@ local function dequeue(queue, deadlines, waiter)
     return true
   end
   return false
-end
-
--- pass frees the lock (deletes the hash) and gives it to the first live
--- waiter: a granted one holds it at once, a woken one is told to try. It
--- returns whether there was such a waiter.
-local function pass(lock, fence, queue, deadlines, prefix)
-  local w = head(queue, deadlines)
-  local id, ms, owner
-  if w then id, ms, owner = string.match(w, '^([^|]*)|(%d+)|(.*)$') end
-  local t
-  if id then t = new_token(fence) end -- first: a corrupted counter fails before any write
-  redis.call('del', lock)
-  if not w then return false end
-  if not id then
-    redis.call('publish', prefix .. string.match(w, '^(.*):'), w)
-    return true
-  end
-  redis.call('lpop', queue)
-  redis.call('zrem', deadlines, w)
-  -- WAITING: others may be queued behind (the release reads the queue).
-  redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, string.format('%.0f', t), LEVEL .. id, 1, WAITING, 1)
-  redis.call('pexpire', lock, ms)
-  redis.call('publish', prefix .. string.match(id, '^(.*):'), id .. '|' .. string.format('%.0f', t))
-  return true
 end
 

@@ -1,0 +1,60 @@
+-- queue: the wait queue's helpers, after fence.lua (scripts.go): in front of
+-- the script, or where it has a line "--#queue" (its common path runs
+-- before, and does not pay for these closures).
+--
+-- A queue entry names a waiter, in one of two forms:
+--   "<client id>:<n>"                   woken: a release publishes it on its
+--                                       client's channel, and it acquires;
+--   "<client id>:<n>|<grant ms>|<owner>" granted: a release makes owner the
+--                                       holder (TTL grant ms), records the
+--                                       entry under the hash field GRANT and
+--                                       publishes "<client id>:<n>|<token>".
+-- A granted waiter holds the lock from that moment: it takes the lease from
+-- the message, or, if the message is lost, from its next acquire.lua (which
+-- finds its entry under GRANT), or gives it back in leave.lua.
+
+-- hold_token returns the fencing token of the hold in lock (a hash written
+-- before TOKEN existed: the counter's value).
+local function hold_token(lock, fence)
+  local t = tonumber(redis.call('hget', lock, TOKEN))
+  if t then return t end
+  return tonumber(redis.call('get', fence)) or 0
+end
+
+-- head drops the waiters whose deadline passed (server time) and returns the
+-- first live one, or nil.
+local function head(queue, deadlines)
+  while true do
+    local w = redis.call('lindex', queue, 0)
+    if not w then return nil end
+    local d = redis.call('zscore', deadlines, w)
+    if d and tonumber(d) > clock() then return w end
+    redis.call('lpop', queue)
+    redis.call('zrem', deadlines, w)
+  end
+end
+
+-- pass frees the lock (deletes the hash) and gives it to the first live
+-- waiter: a granted one holds it at once, a woken one is told to try. It
+-- returns whether there was such a waiter.
+local function pass(lock, fence, queue, deadlines, prefix)
+  local w = head(queue, deadlines)
+  local id, ms, owner
+  if w then id, ms, owner = string.match(w, '^([^|]*)|(%d+)|(.*)$') end
+  local t, ts
+  if id then t, ts = new_token(fence) end -- first: a corrupted counter fails before any write
+  redis.call('del', lock)
+  if not w then return false end
+  if not id then
+    redis.call('publish', prefix .. string.match(w, '^(.*):'), w)
+    return true
+  end
+  redis.call('lpop', queue)
+  redis.call('zrem', deadlines, w)
+  -- WAITING: others may be queued behind (the release reads the queue).
+  redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, ts, LEVEL .. id, 1, WAITING, 1)
+  redis.call('pexpire', lock, ms)
+  redis.call('publish', prefix .. string.match(id, '^(.*):'), id .. '|' .. ts)
+  return true
+end
+
