@@ -68,16 +68,20 @@ type subscription struct {
 // does not close. Every master must be an independent Redis server (not a
 // replica of another, not the same server twice).
 //
-// Each master's client must have ContextTimeoutEnabled (redis.Options,
-// redis.ClusterOptions or redis.RingOptions): only then does go-redis
-// abandon a blocked socket read when a ctx deadline passes, which is how
-// the per-node timeout is enforced. New refuses a client without it, and a
-// UniversalClient whose options it cannot inspect.
+// The masters' clients are the ones users build anyway (redis.NewClient
+// with an address; Masters turns a []*redis.Client into the slice New
+// takes). Every round enforces the per-node timeout itself: it stops
+// waiting for a master when the timeout passes, counts it as failed, and
+// gives back what that master took if its answer comes after a round that
+// failed. ContextTimeoutEnabled in a master's options is recommended, not
+// required: with it go-redis also abandons the silent master's socket read
+// at the timeout, which frees the connection (and lets Close return)
+// sooner; without it that call ends at the client's read timeout (3 s by
+// default), and Close waits for it.
 //
 // Errors match ErrInvalid (and lock.ErrInvalid): no masters, a nil master,
 // the same master twice (same client or same address), an even number of
-// masters without WithEvenMasters, ContextTimeoutEnabled off, an invalid
-// option.
+// masters without WithEvenMasters, an invalid option.
 func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -105,17 +109,15 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if m == nil || reflect.ValueOf(m).Kind() == reflect.Pointer && reflect.ValueOf(m).IsNil() {
 			return nil, invalid("master %d is nil", i)
 		}
-		addr, ctxTimeout, ok := describe(m)
-		if !ok {
-			return nil, invalid("master %d: cannot check that a %T enforces ctx deadlines (use *redis.Client, *redis.ClusterClient or *redis.Ring)", i, m)
-		}
-		if !ctxTimeout {
-			return nil, invalid("master %d (%s): go-redis client without ContextTimeoutEnabled cannot enforce the per-node timeout: set ContextTimeoutEnabled: true in its options", i, addr)
-		}
 		for j := range i {
 			if masters[j] == m {
 				return nil, invalid("master %d is master %d again", i, j)
 			}
+		}
+		addr, ok := describe(m)
+		if !ok { // another UniversalClient: its address cannot be compared
+			addrs[i] = fmt.Sprintf("%T", m)
+			continue
 		}
 		if j, dup := seen[addr]; dup {
 			return nil, invalid("master %d (%s) has the address of master %d", i, addr, j)
@@ -144,28 +146,37 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}, nil
 }
 
-// describe returns a master's address (sorted and joined for several) and
-// whether its client enforces ctx deadlines; ok is false for a type it
-// cannot inspect.
-func describe(m redis.UniversalClient) (addr string, ctxTimeout, ok bool) {
+// describe returns a master's address (sorted and joined for several); ok
+// is false for a type it cannot inspect.
+func describe(m redis.UniversalClient) (addr string, ok bool) {
 	switch c := m.(type) {
 	case *redis.Client:
-		opt := c.Options()
-		return opt.Addr, opt.ContextTimeoutEnabled, true
+		return c.Options().Addr, true
 	case *redis.ClusterClient:
-		opt := c.Options()
-		a := slices.Sorted(slices.Values(opt.Addrs))
-		return "cluster " + strings.Join(a, ","), opt.ContextTimeoutEnabled, true
+		a := slices.Sorted(slices.Values(c.Options().Addrs))
+		return "cluster " + strings.Join(a, ","), true
 	case *redis.Ring:
-		opt := c.Options()
 		var a []string
-		for _, v := range opt.Addrs {
+		for _, v := range c.Options().Addrs {
 			a = append(a, v)
 		}
 		slices.Sort(a)
-		return "ring " + strings.Join(a, ","), opt.ContextTimeoutEnabled, true
+		return "ring " + strings.Join(a, ","), true
 	}
-	return "", false, false
+	return "", false
+}
+
+// Masters returns clients as the slice New takes, for a slice of a
+// concrete client type:
+//
+//	clients := []*redis.Client{redis.NewClient(&redis.Options{Addr: "10.0.0.1:6379"}), ...}
+//	c, err := redlock.New(redlock.Masters(clients...))
+func Masters[C redis.UniversalClient](clients ...C) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(clients))
+	for i, m := range clients {
+		out[i] = m
+	}
+	return out
 }
 
 // N returns the number of masters.
@@ -341,15 +352,21 @@ type reply[T any] struct {
 // a master without an answer has the zero reply, done false). f passes its
 // answer to done, once, without blocking on other masters: a call through
 // the master's pipeliner (lock.Node's ...Go methods) costs no goroutine
-// while it queues; a blocking call is wrapped by blocking. fanOut returns
-// when every master answered or, earlier, when enough (if not nil) says
-// the answers so far decide the round; an answer that comes after that is
-// passed to late (if not nil) on a goroutine of its own. The results
-// channel is buffered to N, so an answer no longer awaited never blocks
-// the goroutine that delivers it; the call ends within the timeout (which
-// the masters' clients enforce: ContextTimeoutEnabled), owned by the
-// Client, whose Close waits for it. The round's ctx is cancelled by the
-// last answer. Once the Client is closed, fanOut waits for every answer.
+// while it queues; a blocking call is wrapped by blocking.
+//
+// fanOut returns when every master answered, or earlier: when enough (if
+// not nil) says the answers so far decide the round, or when the timeout
+// passes or ctx ends. It stops waiting then whether or not the masters'
+// clients enforce ctx deadlines (go-redis does only with
+// ContextTimeoutEnabled; otherwise a call to a silent master ends at the
+// client's read timeout): the masters that have not answered are not done,
+// and the caller treats them as failed or as unknown. An answer that comes
+// after that is passed to late (if not nil) on a goroutine of its own,
+// which can undo what the master did. The results channel is buffered to
+// N, so an answer no longer awaited never blocks the goroutine that
+// delivers it. Calls still running are owned by the Client, whose Close
+// waits for them. The round's ctx is cancelled by the last answer. Once
+// the Client is closed, fanOut waits for every answer.
 func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok func(i int) bool,
 	enough func(out []reply[T]) bool, late func(i int, v T, err error),
 	f func(ctx context.Context, i int, done func(T, error))) []reply[T] {
@@ -365,7 +382,7 @@ func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok fun
 		}
 	}
 	c.mu.Lock()
-	detach := !c.closed && enough != nil
+	detach := !c.closed
 	if detach {
 		c.bg.Add(sent) // before Close's Wait: closed is set under mu
 	}
@@ -389,38 +406,44 @@ func fanOut[T any](c *Client, ctx context.Context, timeout time.Duration, ok fun
 			continue
 		}
 		f(rctx, i, func(v T, err error) { // owned by fanOut while it waits, then by the Client (bg)
-			end()
 			if err != nil {
 				err = &NodeError{Node: i, Addr: c.addrs[i], Err: err}
 			}
 			mu.Lock()
-			if !decided {
+			awaited := !decided
+			if awaited {
 				ch <- reply[T]{i: i, v: v, err: err}
-				mu.Unlock()
-				if detach {
-					c.bg.Done()
-				}
-				return
 			}
 			mu.Unlock()
-			if late == nil {
-				if detach {
-					c.bg.Done()
-				}
-				return
+			// After the send: the loop below never sees the cancel that
+			// the last answer makes before that answer.
+			end()
+			switch {
+			case !awaited && late != nil:
+				go func() { // still counted in bg (decided implies detach)
+					defer c.bg.Done()
+					late(i, v, err)
+				}()
+			case detach:
+				c.bg.Done()
 			}
-			go func() { // still counted in bg (decided implies detach)
-				defer c.bg.Done()
-				late(i, v, err)
-			}()
 		})
 	}
+	stop := rctx.Done()
+	if !detach {
+		stop = nil // closed: no Client to own the calls, wait for every answer
+	}
+wait:
 	for range sent {
-		r := <-ch
-		r.done = true
-		out[r.i] = r
-		if detach && enough(out) {
-			break
+		select {
+		case r := <-ch:
+			r.done = true
+			out[r.i] = r
+			if detach && enough != nil && enough(out) {
+				break wait
+			}
+		case <-stop:
+			break wait
 		}
 	}
 	mu.Lock()

@@ -13,23 +13,35 @@
 //
 // Acquire: the client notes the time, runs acquire.lua on all N masters in
 // parallel, each bounded by the node timeout (WithNodeTimeout, 20 ms by
-// default), and waits for every answer or timeout. It holds the lock when
+// default), and waits for every answer or the node timeout, whichever
+// comes first. It holds the lock when
 // a quorum (N/2+1) of masters granted it and the validity TTL − elapsed −
 // drift is positive, with drift = TTL·0.01 + 2 ms (Drift). Otherwise it
 // releases on every master that may hold the new level — those that said
-// so and those whose answer was lost (release.lua does nothing where the
-// owner holds nothing); only masters that answered "held by another owner"
-// are skipped, as the script took nothing there — before it retries or
-// returns lock.ErrNotObtained.
+// so, those whose answer was lost and those that had not answered
+// (release.lua does nothing where the owner holds nothing); only masters
+// that answered "held by another owner" are skipped, as the script took
+// nothing there — before it retries or returns lock.ErrNotObtained; the
+// masters that had not answered are released in the background, so that
+// a silent master does not delay the next attempt. An answer that comes
+// after such a failure, from a master that took the level (or may have:
+// an error), is released there again when it comes, since the first
+// release may have arrived before the acquisition.
 //
-// Per-node timeouts are real: go-redis abandons a blocked socket read at a
-// ctx deadline only when the client was built with ContextTimeoutEnabled
-// (otherwise it waits for ReadTimeout, seconds). The masters are the
-// caller's clients, so New checks their options (*redis.Client,
-// *redis.ClusterClient, *redis.Ring) and refuses, with ErrInvalid, a client
-// without ContextTimeoutEnabled or one whose options it cannot read. With
-// it, a black-holed master costs an attempt the node timeout and no more;
-// the other masters' answers are not delayed by it.
+// Per-node timeouts are enforced by the rounds, not by the masters'
+// clients: a round stops waiting for a master when the node timeout
+// passes, whatever the client does with ctx deadlines, so a black-holed
+// master costs an attempt the node timeout and no more, and the other
+// masters' answers are not delayed by it. The masters are plain go-redis
+// clients (redis.NewClient with an address; Masters for a slice of
+// *redis.Client). ContextTimeoutEnabled in their options is recommended:
+// go-redis then abandons the silent master's socket read at the deadline
+// too, which frees its connection at once; without it the call runs until
+// the client's ReadTimeout (3 s by default), in the background (Close
+// waits for it). Hand-offs work the same way (a late answer of a failed
+// hand-off is undone on its master); releases, renewals and the raising of
+// fencing counters stop waiting at their bounds (20 × the node timeout,
+// at least 100 ms), and their late answers change nothing.
 //
 // go-redis also sends a command again after a network error on the read
 // (MaxRetries, 3 by default), when the server may already have run it.

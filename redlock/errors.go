@@ -10,8 +10,8 @@ import (
 var (
 	// ErrInvalid is matched (errors.Is) by every error for an invalid
 	// argument or configuration: no masters, a nil or duplicate master, an
-	// even number of masters without WithEvenMasters, a master whose client
-	// cannot enforce the per-node timeout, a TTL too short for the drift.
+	// even number of masters without WithEvenMasters, a TTL too short for
+	// the drift and the node timeout, another invalid option.
 	// Those errors match lock.ErrInvalid too.
 	ErrInvalid = errors.New("redlock: invalid argument")
 	// ErrNoQuorum is joined to lock.ErrNotObtained when an attempt got fewer

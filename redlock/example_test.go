@@ -12,14 +12,16 @@ import (
 )
 
 func ExampleNew() {
-	// Five independent masters; per-node timeouts need ContextTimeoutEnabled.
-	var masters []redis.UniversalClient
+	// Five independent masters, with plain clients. (ContextTimeoutEnabled
+	// is recommended: a silent master's connection is then freed at the
+	// node timeout; the rounds enforce the timeout either way.)
+	var clients []*redis.Client
 	for _, s := range shared {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		defer rdb.Close()
-		masters = append(masters, rdb)
+		clients = append(clients, rdb)
 	}
-	locker, err := redlock.New(masters)
+	locker, err := redlock.New(redlock.Masters(clients...))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -34,11 +34,15 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	req := lock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl, Level: h.level,
 		NewLevel: c.node.WaiterID(c.id, c.nextSeq()), Request: c.node.WaiterID(c.id, c.nextSeq()),
 		Window: c.o.releaseWindow, Floor: start.UnixMicro()}
-	// A quorum decides a success at once; a failure waits for every answer,
-	// so that its releases cannot overtake a hand-off. A master where h's
-	// owner holds more levels (the same owner through another client)
-	// hands nothing over: one level is released there instead (below, or
-	// in late for an answer after the decision).
+	// A quorum decides a success at once; a failure is decided when every
+	// master answered or the node timeout passed. A master where h's owner
+	// holds more levels (the same owner through another client) hands
+	// nothing over: one level is released there instead (below, or in
+	// late for an answer after the decision). A late answer of a failed
+	// round that handed over (or may have: an error) is undone there, as
+	// the failure's releases may have overtaken it.
+	fate := new(outcome)
+	notHeld := false // a master answered that h's owner did not hold the lock (set before fate)
 	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[lock.NodeHandoffResult]) bool {
 		got := 0
 		for _, r := range out {
@@ -48,8 +52,18 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 		}
 		return got >= c.quorum
 	}, func(i int, v lock.NodeHandoffResult, err error) {
-		if err == nil && v.Outcome == lock.HandoffReentered {
+		switch {
+		case err == nil && v.Outcome == lock.HandoffReentered:
 			c.releaseOne(ctx, i, key, owner, h.level, h.ttl)
+		case err != nil || v.Outcome == lock.HandedOver:
+			fate.ifFailed(func() {
+				one := make([]reply[lock.NodeHandoffResult], n)
+				for j := range one {
+					one[j] = reply[lock.NodeHandoffResult]{i: j, done: true} // nothing to undo
+				}
+				one[i] = reply[lock.NodeHandoffResult]{i: i, v: v, err: err, done: true}
+				c.undoHandOff(ctx, key, one, notHeld, lr, req.NewLevel, h)
+			})
 		}
 	}, func(ctx context.Context, i int, done func(lock.NodeHandoffResult, error)) {
 		c.node.HandoffGo(ctx, c.pipes[i], key, req, done)
@@ -64,14 +78,14 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// (answered otherwise), for giving it back if lr's ctx has ended.
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n), level: req.NewLevel}
 	held := 0                                // masters where h's owner held the lock
-	notHeld := false                         // a master answered that h's owner did not hold it
 	acq := make([]reply[lock.NodeResult], n) // the round as acquisitions, for raiseFence
 	var errs []error
 	for _, r := range rs {
 		acq[r.i] = reply[lock.NodeResult]{i: r.i, err: r.err, done: r.done}
 		a.missed[r.i] = r.done && (r.err != nil || r.v.Outcome != lock.HandedOver)
 		switch {
-		case !r.done: // not awaited: the round succeeded without it
+		case !r.done: // not awaited (the round succeeded without it), or no answer in time
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "handoff", Err: errNoAnswer})
 		case r.err != nil:
 			a.failed++
 			errs = append(errs, nodeErr(r.err, "handoff"))
@@ -96,6 +110,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	}
 	validity := func() bool { return lr.ttl-c.o.now().Sub(start)-Drift(lr.ttl) > 0 }
 	a.ok = a.got >= c.quorum && validity() && c.raiseFence(ctx, key, acq, a.token) == nil && validity()
+	defer fate.set(c, !a.ok) // after undoHandOff: a late answer's undo follows the round's
 	if a.ok {
 		lr.turn <- turn{a: &a}
 	} else {
@@ -114,12 +129,12 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 // handed over, or may have (a lost answer, unless some master answered
 // that h's owner did not hold the lock: lr's owner may then hold a level
 // of its own there, through another client); h's owner where its answer
-// was lost. Masters whose answer was not awaited (a quorum handed over but
-// validity or the fence failed) are left to expire. It returns on how many
-// lost masters h's owner turned out to hold the lock.
+// was lost or had not come (not done: the round stopped waiting for it).
+// It returns on how many such masters h's owner turned out to hold the
+// lock.
 func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.NodeHandoffResult], notHeld bool,
 	lr *liner, newLevel string, h *hold) int {
-	lost := func(i int) bool { return rs[i].done && rs[i].err != nil }
+	lost := func(i int) bool { return !rs[i].done || rs[i].err != nil }
 	newOwner := func(i int) bool {
 		return rs[i].done && rs[i].err == nil && rs[i].v.Outcome == lock.HandedOver || lost(i) && !notHeld
 	}

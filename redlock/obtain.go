@@ -249,17 +249,24 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 		WaiterTimeout: c.o.waiterTimeout, Request: c.node.WaiterID(c.id, c.nextSeq()), Floor: start.UnixMicro(),
 	}
 	// A quorum decides a success at once (masters that answer later hold a
-	// level the lease renews and releases); a failure waits for every
-	// answer, so that the release cannot overtake an acquisition.
-	// A waiter queued by an answer that comes after the success leaves the
-	// queue there; left in it, it would take the wake-ups meant for others.
-	var late func(int, lock.NodeResult, error)
-	if waiter != "" {
-		late = func(i int, v lock.NodeResult, err error) {
-			if err != nil || !v.Held {
-				c.leaveOne(ctx, i, key, waiter)
-			}
+	// level the lease renews and releases); a failure is decided when
+	// every master answered or the node timeout passed. An answer after
+	// the decision is late: a waiter queued by it leaves the queue there
+	// (left in it, it would take the wake-ups meant for others), and if
+	// the round failed, a level it took (or may have: an error) is
+	// released there, as the failure's releases may have overtaken it.
+	fate := new(outcome)
+	late := func(i int, v lock.NodeResult, err error) {
+		if waiter != "" && (err != nil || !v.Held) {
+			c.leaveOne(ctx, i, key, waiter)
 		}
+		if err == nil && !v.Held {
+			return // took nothing there
+		}
+		fate.ifFailed(func() {
+			c.releaseOn(context.WithoutCancel(ctx), key, owner, req.Request, ttl, c.o.slowTimeout(),
+				func(j int) bool { return j == i }, nil)
+		})
 	}
 	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[lock.NodeResult]) bool {
 		got := 0
@@ -273,11 +280,15 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 		c.node.AcquireGo(ctx, c.pipes[i], key, req, done)
 	})
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs)), level: req.Request}
+	defer func() { fate.set(c, !a.ok) }()
 	var errs []error
+	unanswered := 0
 	for _, r := range rs {
 		a.missed[r.i] = r.done && (r.err != nil || !r.v.Held) // late answers leave by themselves
 		switch {
-		case !r.done: // not awaited: the round succeeded without it
+		case !r.done: // not awaited (the round succeeded without it), or no answer in time
+			unanswered++
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "acquire", Err: errNoAnswer})
 		case r.err != nil:
 			a.failed++
 			errs = append(errs, nodeErr(r.err, "acquire"))
@@ -298,6 +309,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	var why error
 	switch {
 	case a.got < c.quorum:
+		a.failed += unanswered
 		why = ErrNoQuorum
 	case ttl-c.o.now().Sub(start)-Drift(ttl) <= 0:
 		why = ErrNoValidity
@@ -312,20 +324,29 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 		}
 	}
 	// Release on every master that may hold the owner's new level: those
-	// that said so, and those whose answer was lost. Not on the masters
-	// that answered that another owner holds the lock (the script took
-	// nothing there). The release names the round's level, so where the
-	// round took nothing (a lost answer of a round that never ran) it
-	// drops nothing, not even a level of a hold the owner has through
-	// another client.
+	// that said so, those whose answer was lost, and those that have not
+	// answered. Not on the masters that answered that another owner holds
+	// the lock (the script took nothing there). The release names the
+	// round's level, so where the round took nothing (a lost answer of a
+	// round that never ran) it drops nothing, not even a level of a hold
+	// the owner has through another client.
 	//
-	// All of it before the next attempt, each master bounded by the slow
-	// bound: a release still queued on a master when the next attempt of
-	// the same owner arrives would find that attempt's level missing and
-	// be lost, leaving this round's level to expire.
-	c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(), func(i int) bool {
-		return rs[i].err != nil || rs[i].v.Held
-	}, nil)
+	// The masters that answered are released before the next attempt,
+	// each bounded by the slow bound. The silent ones are released in the
+	// background, so that a silent master costs the attempt the node
+	// timeout and no more; where such a release arrives before the
+	// acquisition it would undo, the acquisition's late answer (or its
+	// error) releases the level again (late above). An attempt of the same
+	// owner that reaches the master in between re-enters the hold with a
+	// level of its own, which this release does not drop.
+	answered := func(i int) bool { return rs[i].done && (rs[i].err != nil || rs[i].v.Held) }
+	c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(), answered, nil)
+	if unanswered > 0 {
+		c.background(func() {
+			c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(),
+				func(i int) bool { return !rs[i].done }, nil)
+		})
+	}
 	a.err = errors.Join(append([]error{why}, errs...)...)
 	return a
 }
@@ -354,6 +375,10 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 	var errs []error
 	for _, r := range raised {
 		switch {
+		case !r.done:
+			if rs[r.i].err == nil && rs[r.i].v.Held && rs[r.i].v.Token < t { // sent, no answer in time
+				errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "fence", Err: errNoAnswer})
+			}
 		case r.err != nil:
 			errs = append(errs, nodeErr(r.err, "fence"))
 		case r.v >= t:

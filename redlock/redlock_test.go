@@ -16,8 +16,6 @@ import (
 
 func TestNewInvalid(t *testing.T) {
 	cs := dial(t, addrsOf(shared)...)
-	plain := redis.NewClient(&redis.Options{Addr: shared[0].Addr()})
-	t.Cleanup(func() { plain.Close() })
 	other := dial(t, shared[0].Addr())[0] // another client, same address
 	var nilClient *redis.Client
 	tests := []struct {
@@ -31,7 +29,6 @@ func TestNewInvalid(t *testing.T) {
 		{"same client twice", []redis.UniversalClient{cs[0], cs[1], cs[0]}, nil},
 		{"same address twice", []redis.UniversalClient{cs[0], cs[1], other}, nil},
 		{"even", cs[:4], nil},
-		{"no ContextTimeoutEnabled", []redis.UniversalClient{cs[0], cs[1], plain}, nil},
 		{"TTL too short for drift", cs[:3], []redlock.Option{redlock.WithDefaultTTL(40 * time.Millisecond), redlock.WithNodeTimeout(40 * time.Millisecond)}},
 		{"TTL below minimum", cs[:3], []redlock.Option{redlock.WithDefaultTTL(10 * time.Millisecond)}},
 		{"zero node timeout", cs[:3], []redlock.Option{redlock.WithNodeTimeout(0)}},
