@@ -175,3 +175,37 @@ func TestPlainClients(t *testing.T) {
 		waitFree(t, ctx, key, 2*time.Second)
 	})
 }
+
+// TestPlainClientsCloseWaits: Close while a silent master's calls are still
+// running on plain clients (here with a 300 ms ReadTimeout) returns once
+// they end, leaving no goroutine of the Client behind (TestMain's goleak
+// check), and the lease's Lost is closed.
+func TestPlainClientsCloseWaits(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	proxies := make([]*testserver.Proxy, len(shared))
+	clients := make([]*redis.Client, len(shared))
+	for i, s := range shared {
+		proxies[i] = testserver.StartProxy(t, s.Addr())
+		c := redis.NewClient(&redis.Options{Addr: proxies[i].Addr(), ReadTimeout: 300 * time.Millisecond})
+		t.Cleanup(func() { c.Close() })
+		clients[i] = c
+	}
+	c, err := redlock.New(redlock.Masters(clients...), redlock.WithNodeTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxies[4].SetBlackhole(true)
+	l := mustObtain(t, ctx, c, key)
+	begin := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Close took %v with master 4 silent", time.Since(begin))
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Lost not closed after Close")
+	}
+	proxies[4].Reset()
+}
