@@ -33,13 +33,26 @@ func (l *lease) Lost() <-chan struct{} { return l.h.wd.Lost() }
 func (l *lease) Owner() string { return l.owner }
 
 // Err returns nil while the lease is not known to be lost, and then an
-// error matching ErrLockLost that wraps the cause (watchdog.ErrNotHeld,
-// watchdog.ErrExpired, watchdog.ErrMaxHold, ErrClosed).
-func (l *lease) Err() error {
-	if err := l.h.wd.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrLockLost, err)
+// error matching ErrLockLost that wraps the cause (ErrNotHeld and
+// watchdog.ErrNotHeld, watchdog.ErrExpired, watchdog.ErrMaxHold,
+// ErrClosed). See LeaseStatus.
+func (l *lease) Err() error { return lostErr(l.h.wd.Err()) }
+
+// Until returns the time until which the lease is known to be held (see
+// LeaseStatus), or the zero Time once it is lost.
+func (l *lease) Until() time.Time { return l.h.wd.Until() }
+
+// lostErr is a lease's Err for its watchdog's error: nil, or an error
+// matching ErrLockLost and the reason; a lock found held by another owner
+// or by nobody matches ErrNotHeld too.
+func lostErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, watchdog.ErrNotHeld) && !errors.Is(err, ErrNotHeld):
+		return fmt.Errorf("%w: %w: %w", ErrLockLost, ErrNotHeld, err)
 	}
-	return nil
+	return fmt.Errorf("%w: %w", ErrLockLost, err)
 }
 
 // newLease records one more level of owner's hold on key, starting the

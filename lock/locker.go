@@ -36,6 +36,43 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// LeaseStatus is implemented by the leases of every Locker in this module
+// (Client, Simple, redlock.Client, zklock.Client): what a holder checks
+// before it commits, beyond Lost.
+type LeaseStatus interface {
+	// Err returns nil while the lease is not known to be lost; once Lost
+	// is closed, an error matching ErrLockLost and the reason: ErrClosed
+	// (the client was closed), ErrNotHeld (another owner holds the lock,
+	// or nobody does: the key was deleted or expired), watchdog.ErrExpired
+	// (renewals failed until the TTL ran out), watchdog.ErrMaxHold,
+	// zklock.ErrSessionExpired (the ZooKeeper session ended or may have).
+	Err() error
+	// Until returns the time until which the lease is known to be held:
+	// the send time of its last successful renewal (or acquisition) plus
+	// its TTL on a Redis lock, the end of the session's window on
+	// ZooKeeper; the zero Time once it is lost. Work that must finish
+	// while the lock is held checks time.Until(l.Until()) against its
+	// own duration, as with redsync's Until or Redisson's
+	// remainTimeToLive. Clocks drift: fencing tokens, not this, are what
+	// makes a late write safe.
+	Until() time.Time
+}
+
+// LostCause returns why l was lost (LeaseStatus.Err), or nil while it is
+// held; for a lease that does not implement LeaseStatus, ErrLockLost once
+// Lost is closed.
+func LostCause(l Lease) error {
+	if s, ok := l.(LeaseStatus); ok {
+		return s.Err()
+	}
+	select {
+	case <-l.Lost():
+		return ErrLockLost
+	default:
+		return nil
+	}
+}
+
 // Option configures one Obtain or TryObtain call.
 type Option func(*ObtainOptions)
 

@@ -204,13 +204,12 @@ func (l *simpleLease) Token() int64          { return l.token }
 func (l *simpleLease) Lost() <-chan struct{} { return l.wd.Lost() }
 
 // Err returns nil while the lease is not known to be lost, then an error
-// matching ErrLockLost that wraps the cause.
-func (l *simpleLease) Err() error {
-	if err := l.wd.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrLockLost, err)
-	}
-	return nil
-}
+// matching ErrLockLost that wraps the cause (see LeaseStatus).
+func (l *simpleLease) Err() error { return lostErr(l.wd.Err()) }
+
+// Until returns the time until which the lease is known to be held (see
+// LeaseStatus), or the zero Time once it is lost.
+func (l *simpleLease) Until() time.Time { return l.wd.Until() }
 
 // Release deletes the key if it still holds this lease's value; otherwise
 // (expired, taken over, released before) it returns ErrNotHeld.

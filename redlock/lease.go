@@ -46,15 +46,24 @@ func (l *lease) Token() int64 { return l.h.token }
 func (l *lease) Owner() string { return l.h.k.owner }
 
 // Err returns nil while the lease is not known to be lost, and then an
-// error matching lock.ErrLockLost that wraps the cause
-// (watchdog.ErrNotHeld, watchdog.ErrExpired, watchdog.ErrMaxHold,
-// lock.ErrClosed).
+// error matching lock.ErrLockLost that wraps the cause (lock.ErrNotHeld
+// and watchdog.ErrNotHeld, watchdog.ErrExpired, watchdog.ErrMaxHold,
+// lock.ErrClosed). See lock.LeaseStatus.
 func (l *lease) Err() error {
-	if err := l.h.wd.Err(); err != nil {
+	switch err := l.h.wd.Err(); {
+	case err == nil:
+		return nil
+	case errors.Is(err, watchdog.ErrNotHeld) && !errors.Is(err, lock.ErrNotHeld):
+		return fmt.Errorf("%w: %w: %w", lock.ErrLockLost, lock.ErrNotHeld, err)
+	default:
 		return fmt.Errorf("%w: %w", lock.ErrLockLost, err)
 	}
-	return nil
 }
+
+// Until returns the time until which the lease is known to be held (see
+// lock.LeaseStatus): the start of its last successful round on a quorum
+// plus the TTL less the drift; the zero Time once it is lost.
+func (l *lease) Until() time.Time { return l.h.wd.Until() }
 
 // reenter returns one more level of a live hold of owner on key through
 // this client, or nil if there is none.

@@ -154,6 +154,18 @@ func (w *Watchdog) Held() bool {
 	return int64(w.cfg.Now().Sub(w.start)) < w.until.Load()
 }
 
+// Until returns the lease's deadline as Held judges it (the send time of
+// the last successful renewal, or LastRenewed, plus its TTL, on
+// Config.Now's clock), or the zero Time once the lease was reported lost.
+func (w *Watchdog) Until() time.Time {
+	select {
+	case <-w.lost:
+		return time.Time{}
+	default:
+	}
+	return w.start.Add(time.Duration(w.until.Load()))
+}
+
 // Lost returns a channel that is closed when the lease is lost. Stop does
 // not close it.
 func (w *Watchdog) Lost() <-chan struct{} { return w.lost }
