@@ -47,7 +47,7 @@ func zkImpls() []zkImpl {
 					return nil, err
 				}
 				return func() error { return lease.Release(ctx) }, nil
-			}, c.Close
+			}, func() { c.Close() }
 		}},
 		{"go-zookeeper zk.Lock", func(conn *zk.Conn, g int, key string) (func() (func() error, error), func()) {
 			l := zk.NewLock(conn, "/bench/zk/"+key, zk.WorldACL(zk.PermAll))

@@ -100,20 +100,22 @@ func New(conn *zk.Conn, opts ...Option) (*Client, error) {
 // stops its background work and waits for it. Lock nodes of leases not
 // released stay until their session ends; Release them first. Close may wait
 // for requests in flight, which end when conn answers, fails them or is
-// closed. Close does not close conn. It is idempotent.
-func (c *Client) Close() {
+// closed. Close does not close conn. It is idempotent, and returns nil (the
+// error is there for the same shape on every coordkit client).
+func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	c.closed = true
 	close(c.stop)
 	for h := range c.live {
-		c.loseLocked(h)
+		c.loseLocked(h, ErrClosed)
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
+	return nil
 }
 
 // Obtain blocks until key's exclusive lock is held by the caller, ctx ends

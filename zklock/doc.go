@@ -83,8 +83,9 @@
 //
 //   - Session expired or changed (go-zookeeper sets the session ID to 0 when
 //     it learns of the expiry, then to the new session's): every lease of the
-//     old session is lost at once (Lost() closes; lock.Do cancels its
-//     function's ctx with cause lock.ErrLockLost). The client learns of an
+//     old session is lost at once (Lost() closes; Lease.Err and the cause
+//     with which lock.Do cancels its function's ctx match lock.ErrLockLost
+//     and ErrSessionExpired; at Close, lock.ErrClosed). The client learns of an
 //     expiry only when it reconnects, which may be long after the fact;
 //     hence the next rule.
 //   - With WithSessionTimeout(T), the Client measures the session's

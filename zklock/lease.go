@@ -29,6 +29,7 @@ type hold struct {
 	// Protected by Client.mu.
 	count  int
 	isLost bool
+	why    error // the reason of the loss, set before lost is closed
 }
 
 // Lease is one level of hold on a key's lock. Its methods are safe for
@@ -54,6 +55,33 @@ func (l *Lease) Token() int64 { return l.h.token }
 // was closed. Release does not close it.
 func (l *Lease) Lost() <-chan struct{} { return l.h.lost }
 
+// Err returns nil while the lease is not known to be lost, and then an
+// error matching lock.ErrLockLost and the reason: ErrSessionExpired, or
+// ErrClosed (which matches lock.ErrClosed). See lock.LeaseStatus.
+func (l *Lease) Err() error {
+	l.c.mu.Lock()
+	why := l.h.why
+	l.c.mu.Unlock()
+	if why == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", lock.ErrLockLost, why)
+}
+
+// Until returns the end of the lease's window (see lock.LeaseStatus): it
+// is held at least until then unless reported lost, as the last answered
+// heartbeat shows (WithSessionTimeout). It is the zero Time once the lease
+// is lost, and without WithSessionTimeout, where no bound is known.
+func (l *Lease) Until() time.Time {
+	c, h := l.c, l.h
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h.isLost || c.timeout == 0 || c.aliveSession != h.session {
+		return time.Time{}
+	}
+	return c.aliveUntil
+}
+
 // Release drops one level of re-entry; the last one deletes the lock node,
 // which wakes the next waiter. It returns lock.ErrNotHeld if the lease was
 // already released or lost, or the node was gone; with WithSessionTimeout,
@@ -76,7 +104,7 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		// The lease's window passed (the process was paused, say) and the
 		// monitor has not run since: the lease is lost, and the holder is
 		// told so here rather than by a deletion error.
-		c.loseLocked(h)
+		c.loseLocked(h, ErrSessionExpired)
 	}
 	if h.isLost {
 		c.mu.Unlock()
@@ -117,13 +145,14 @@ func (c *Client) deleteHeld(ctx context.Context, h *hold) error {
 	}
 }
 
-// loseLocked reports h lost and, while the Client runs, deletes its node in
-// the background in case its session survived. c.mu must be held.
-func (c *Client) loseLocked(h *hold) {
+// loseLocked reports h lost for reason why and, while the Client runs,
+// deletes its node in the background in case its session survived. c.mu
+// must be held.
+func (c *Client) loseLocked(h *hold, why error) {
 	if h.isLost {
 		return
 	}
-	h.isLost = true
+	h.isLost, h.why = true, why
 	close(h.lost)
 	delete(c.live, h)
 	if h.owned && c.owned[h.hk] == h {

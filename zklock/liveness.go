@@ -52,7 +52,7 @@ func (c *Client) monitor() {
 		}
 		for h := range c.live {
 			if doubt || sid != h.session {
-				c.loseLocked(h)
+				c.loseLocked(h, ErrSessionExpired)
 			}
 		}
 		if len(c.live) == 0 {

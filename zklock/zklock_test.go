@@ -58,7 +58,7 @@ func newClient(t *testing.T, conn *testserver.ZKConn, opts ...zklock.Option) *zk
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
