@@ -122,8 +122,9 @@ func NewZK(conn *zk.Conn, opts ...Option) (*ZKLeaser, error) {
 // Close stops the leaser's background work (deleting nodes whose create's
 // reply was lost while Lease gave up) and waits for it; such a node left
 // then goes with its session. Leases already made are not affected: release
-// them. Close does not close the connection. It is idempotent.
-func (z *ZKLeaser) Close() {
+// them. Close does not close the connection. It is idempotent, and returns
+// nil (the error is there for the same shape on every coordkit client).
+func (z *ZKLeaser) Close() error {
 	z.mu.Lock()
 	if !z.closed {
 		z.closed = true
@@ -131,7 +132,7 @@ func (z *ZKLeaser) Close() {
 	}
 	z.mu.Unlock()
 	z.wg.Wait()
-	z.locks.Close()
+	return z.locks.Close()
 }
 
 func (z *ZKLeaser) idsPath(service string) string { return z.opts.root + "/" + service + "/ids" }

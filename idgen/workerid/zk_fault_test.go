@@ -26,7 +26,7 @@ func zkLeaserOn(t *testing.T, c *testserver.ZKConn, timeout time.Duration, opts 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Close)
+	t.Cleanup(func() { l.Close() })
 	return l
 }
 

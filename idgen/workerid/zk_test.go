@@ -27,7 +27,7 @@ func zkLeaser(t *testing.T, opts ...workerid.Option) (*workerid.ZKLeaser, *tests
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Close)
+	t.Cleanup(func() { l.Close() })
 	return l, c
 }
 
