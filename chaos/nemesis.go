@@ -102,6 +102,15 @@ func faultKinds(backend string) []string {
 	return nil
 }
 
+// faultKinds returns the kinds the nemesis of c draws from: c.kinds if set
+// (-kinds), else every kind of c.backend.
+func (c runConfig) faultKinds() []string {
+	if c.kinds != nil {
+		return c.kinds
+	}
+	return faultKinds(c.backend)
+}
+
 // step is one planned fault: drawn from the seed before the run, so that the
 // same seed gives the same schedule.
 type step struct {
@@ -116,7 +125,7 @@ type step struct {
 // then kinds at random.
 func plan(cfg runConfig) []step {
 	rnd := rand.New(rand.NewPCG(cfg.seed, 0x6e656d65))
-	kinds := faultKinds(cfg.backend)
+	kinds := cfg.faultKinds()
 	order := append([]string(nil), kinds...)
 	rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	var steps []step

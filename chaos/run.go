@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,6 +31,7 @@ type runConfig struct {
 	hold    time.Duration            // a section's work lasts up to this
 	durs    map[string]time.Duration // per backend, instead of dur
 	idRate  int                      // ids: IDs per second per part and process
+	kinds   []string                 // fault kinds to draw from (nil: every kind of the backend)
 }
 
 // durFor is the load phase of backend b: flag (if set), the profile's
@@ -74,6 +76,7 @@ func runMain(args []string) (int, error) {
 	workers := fs.Int("workers", 0, "goroutines per client process (0: the profile's)")
 	keys := fs.Int("keys", 0, "hot keys (0: the profile's)")
 	out := fs.String("out", "", "directory for histories and reports (default: a new temp dir)")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default: every kind of each backend)")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
@@ -117,6 +120,16 @@ func runMain(args []string) (int, error) {
 			return 2, fmt.Errorf("unknown backend %q", b)
 		}
 		list = append(list, b)
+	}
+	if *kinds != "" {
+		base.kinds = strings.Split(*kinds, ",")
+		for _, b := range list {
+			for _, k := range base.kinds {
+				if !slices.Contains(faultKinds(b), k) {
+					return 2, fmt.Errorf("-kinds: backend %s has no fault kind %q", b, k)
+				}
+			}
+		}
 	}
 	dir := *out
 	if dir == "" {
@@ -197,7 +210,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
-		for _, k := range faultKinds(cfg.backend) {
+		for _, k := range cfg.faultKinds() {
 			if meta.Faults[k] == 0 {
 				meta.Missing = append(meta.Missing, k)
 			}
