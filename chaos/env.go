@@ -31,6 +31,8 @@ type env struct {
 	faults   *faultLog
 	nzk      int // a slot's first nzk proxies lead to ZooKeeper nodes
 
+	zkCtl int64 // zk: the last seq written to the control nodes (zkctl.go); only the nemesis writes them
+
 	wg sync.WaitGroup // the slots' wait goroutines
 }
 
