@@ -53,6 +53,7 @@ type clientConfig struct {
 	ctl      string        // ids: the slot's control file (clock steps)
 	idsOut   string        // ids: the ID file
 	rate     int           // ids: IDs per second per part (0: no limit)
+	idMax    int           // ids: the highest worker ID (-1: the leasers' default); see ids.go's contention mode
 }
 
 func parseClient(args []string) (clientConfig, error) {
@@ -74,6 +75,7 @@ func parseClient(args []string) (clientConfig, error) {
 	fs.StringVar(&c.ctl, "ctl", "", "ids: the slot's control file")
 	fs.StringVar(&c.idsOut, "ids", "", "ids: the ID file")
 	fs.IntVar(&c.rate, "rate", 0, "ids: IDs per second per part (0: no limit)")
+	fs.IntVar(&c.idMax, "idmax", -1, "ids: the highest worker ID, for the contention mode (-1: the leasers' default)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

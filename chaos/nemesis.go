@@ -388,10 +388,27 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 }
 
 // setClock sets the clock offset of slot s's processes (ids.go's control
-// file) to off ns.
+// file) to off ns from the slot's skew.
 func (e *env) setClock(s *slot, off int64) error {
 	s.clock++
-	return writeControl(s.ctl, s.clock, off)
+	return writeControl(s.ctl, s.clock, s.skew+off)
+}
+
+// clockSkews returns the ids contention mode's clock offsets of the slots,
+// drawn from the seed: 0 to 4 ms, as hosts' clocks differ, so that a worker
+// ID often passes to a process whose clock is behind its last holder's (by
+// less than the generators' 5 ms tolerance, so that the new generator waits
+// for the stored mark instead of failing). nil outside that mode.
+func clockSkews(cfg runConfig) []time.Duration {
+	if cfg.backend != "ids" || !cfg.contend {
+		return nil
+	}
+	rnd := rand.New(rand.NewPCG(cfg.seed, 0x736b6577))
+	skews := make([]time.Duration, cfg.procs)
+	for i := range skews {
+		skews[i] = time.Duration(rnd.Int64N(int64(4*time.Millisecond) + 1)).Round(10 * time.Microsecond)
+	}
+	return skews
 }
 
 // waitHolding polls the tail of proc's history until one of its holds has

@@ -32,6 +32,7 @@ type runConfig struct {
 	durs    map[string]time.Duration // per backend, instead of dur
 	idRate  int                      // ids: IDs per second per part and process
 	kinds   []string                 // fault kinds to draw from (nil: every kind of the backend)
+	contend bool                     // ids: the contention mode (ids.go)
 }
 
 // durFor is the load phase of backend b: flag (if set), the profile's
@@ -77,6 +78,7 @@ func runMain(args []string) (int, error) {
 	keys := fs.Int("keys", 0, "hot keys (0: the profile's)")
 	out := fs.String("out", "", "directory for histories and reports (default: a new temp dir)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default: every kind of each backend)")
+	contend := fs.Bool("ids-contend", false, "ids: contention mode: the processes contend for procs-1 worker IDs per part, their clocks differ by up to 4 ms, a released ID is retaken at once while its old generators draw at full speed")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
@@ -100,6 +102,7 @@ func runMain(args []string) (int, error) {
 		return 2, fmt.Errorf("-owners %q: want call or goroutine", *owners)
 	}
 	base.owners = *owners
+	base.contend = *contend
 	if *dur > 0 {
 		base.dur = *dur
 	}
@@ -178,6 +181,7 @@ type runMeta struct {
 	Faults   map[string]int `json:"faults"`
 	Missing  []string       `json:"missing_faults,omitempty"` // kinds of the backend not injected before the load phase ended
 	Plan     []string       `json:"plan"`
+	Mode     string         `json:"mode,omitempty"` // ids: "contend" in the contention mode
 }
 
 // runOne runs cfg in dir and checks it.
@@ -194,6 +198,10 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		meta.Plan = append(meta.Plan, fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur))
 	}
 	fmt.Printf("chaos: %s seed %d: %d faults planned\n", cfg.backend, cfg.seed, len(steps))
+	if cfg.backend == "ids" && cfg.contend {
+		meta.Mode = "contend"
+		fmt.Printf("chaos: ids contention mode: worker IDs 0..%d per part, clock skews %v\n", cfg.procs-2, clockSkews(cfg))
+	}
 	start := time.Now()
 	goroutines := runtime.NumGoroutine()
 	e, err := newEnv(cfg, dir)
