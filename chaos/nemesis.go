@@ -419,13 +419,15 @@ func (e *env) waitHolding(ctx context.Context, proc string, d time.Duration) boo
 
 // waitHeldFor polls the tail of proc's history until one of its holds has
 // been held (acquired, not yet released or lost) for at least age, or until
-// d has passed.
+// d has passed. The holds seen are kept across polls: a busy process's
+// history scrolls an old acquisition out of the tail quickly.
 func (e *env) waitHeldFor(ctx context.Context, proc string, age, d time.Duration) bool {
 	path := filepath.Join(e.dir, "hist-"+proc+".jsonl")
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 8192)
+	open, gone := map[string]int64{}, map[string]bool{}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if at := heldSince(path, buf); at != 0 && monoNow()-at >= age.Nanoseconds() {
+		if at := heldSince(path, buf, open, gone); at != 0 && monoNow()-at >= age.Nanoseconds() {
 			return true
 		}
 		time.Sleep(time.Millisecond)
@@ -433,9 +435,11 @@ func (e *env) waitHeldFor(ctx context.Context, proc string, age, d time.Duration
 	return false
 }
 
-// heldSince returns the acquisition time (Mono) of the oldest hold that the
-// last 8 KiB of the history at path show acquired and not yet given up, or 0.
-func heldSince(path string, buf []byte) int64 {
+// heldSince reads the last 8 KiB (len(buf)) of the history at path into
+// open (holds acquired, by hold id: the acquisition's Mono) and gone (holds
+// released or lost), and returns the acquisition time of the oldest hold
+// in open, or 0.
+func heldSince(path string, buf []byte, open map[string]int64, gone map[string]bool) int64 {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0
@@ -447,7 +451,6 @@ func heldSince(path string, buf []byte) int64 {
 	}
 	off := max(st.Size()-int64(len(buf)), 0)
 	n, _ := f.ReadAt(buf, off)
-	open := map[string]int64{}
 	for _, line := range bytes.Split(buf[:n], []byte("\n")) {
 		var ev Event
 		if json.Unmarshal(line, &ev) != nil || ev.Hold == "" {
@@ -455,8 +458,11 @@ func heldSince(path string, buf []byte) int64 {
 		}
 		switch ev.Op {
 		case opAcquired:
-			open[ev.Hold] = ev.Mono
+			if !gone[ev.Hold] {
+				open[ev.Hold] = ev.Mono
+			}
 		case opRelease, opLost:
+			gone[ev.Hold] = true
 			delete(open, ev.Hold)
 		}
 	}

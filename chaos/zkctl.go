@@ -75,7 +75,9 @@ func (c *zkControl) apply(data []byte) {
 	case f[1] == "hold" && len(f) == 3:
 		if ns, err := strconv.ParseInt(f[2], 10, 64); err == nil && ns > 0 {
 			c.hold = time.Duration(ns)
-			c.end = make(chan struct{})
+			if c.end == nil {
+				c.end = make(chan struct{})
+			}
 		}
 	case f[1] == "end" && c.end != nil:
 		c.hold = 0
