@@ -53,6 +53,7 @@ type clientConfig struct {
 	ctl      string        // ids: the slot's control file (clock steps)
 	idsOut   string        // ids: the ID file
 	rate     int           // ids: IDs per second per part (0: no limit)
+	idMax    int           // ids: the highest worker ID (-1: the leasers' default); see ids.go's contention mode
 }
 
 func parseClient(args []string) (clientConfig, error) {
@@ -74,6 +75,7 @@ func parseClient(args []string) (clientConfig, error) {
 	fs.StringVar(&c.ctl, "ctl", "", "ids: the slot's control file")
 	fs.StringVar(&c.idsOut, "ids", "", "ids: the ID file")
 	fs.IntVar(&c.rate, "rate", 0, "ids: IDs per second per part (0: no limit)")
+	fs.IntVar(&c.idMax, "idmax", -1, "ids: the highest worker ID, for the contention mode (-1: the leasers' default)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -126,7 +128,11 @@ func runClient(args []string) error {
 		return runIDs(ctx, cfg, rec)
 	}
 
-	locker, closeLocker, err := dialLocker(ctx, cfg)
+	var ctl *zkControl
+	if cfg.backend == "zk" {
+		ctl = &zkControl{}
+	}
+	locker, closeLocker, err := dialLocker(ctx, cfg, ctl)
 	if err != nil {
 		return err
 	}
@@ -139,7 +145,7 @@ func runClient(args []string) error {
 		wg.Add(1)
 		go func() { // owned by runClient: ends when ctx ends
 			defer wg.Done()
-			w := &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(locker), res: res,
+			w := &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(locker), res: res, ctl: ctl,
 				rnd: rand.New(rand.NewPCG(cfg.seed, uint64(g)))}
 			w.loop(ctx)
 		}()
@@ -148,8 +154,9 @@ func runClient(args []string) error {
 	return nil
 }
 
-// dialLocker builds the backend's Locker over cfg.addrs.
-func dialLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), error) {
+// dialLocker builds the backend's Locker over cfg.addrs; for zk, ctl
+// watches the slot's control node on the Locker's connection (zkctl.go).
+func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl) (lock.Locker, func(), error) {
 	switch cfg.backend {
 	case "lock", "fair":
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.addrs[0]})
@@ -189,7 +196,13 @@ func dialLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), err
 			conn.Close()
 			return nil, nil, err
 		}
-		return c, func() { c.Close(); conn.Close() }, nil
+		cctx, stopCtl := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { // owned by the close func below: ends when cctx ends
+			defer close(done)
+			ctl.watch(cctx, conn, zkControlPath(cfg.proc))
+		}()
+		return c, func() { stopCtl(); c.Close(); conn.Close(); <-done }, nil
 	}
 	return nil, nil, fmt.Errorf("chaos client: unknown backend %q", cfg.backend)
 }
@@ -206,6 +219,7 @@ type worker struct {
 	res    *redis.Client
 	rnd    *rand.Rand
 	n      int
+	ctl    *zkControl // zk: slow sections the nemesis asks for; nil otherwise
 }
 
 // obtainTimeout bounds each lock.Do's wait for the lock.
@@ -261,7 +275,7 @@ func (w *worker) section(ctx context.Context, a *attempt, key string) error {
 	}
 	w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Val: v, Res: "ok"})
 	// The work of the section: a fault that lands while it runs finds a holder.
-	time.Sleep(time.Duration(w.rnd.Int64N(int64(w.cfg.hold) + 1)))
+	w.work(ctx)
 	w.rec.Record(Event{G: w.g, Op: opWriteInv, Key: key, Hold: a.hold, Val: v + 1})
 	err = w.res.Set(ctx, "ctr:{"+key+"}", v+1, 0).Err()
 	w.rec.Record(Event{G: w.g, Op: opWrite, Key: key, Hold: a.hold, Val: v + 1, Res: errKind(err)})

@@ -31,6 +31,8 @@ type env struct {
 	faults   *faultLog
 	nzk      int // a slot's first nzk proxies lead to ZooKeeper nodes
 
+	zkCtl int64 // zk: the last seq written to the control nodes (zkctl.go); only the nemesis writes them
+
 	wg sync.WaitGroup // the slots' wait goroutines
 }
 
@@ -42,6 +44,7 @@ type slot struct {
 	proxies []*testserver.Proxy
 	ctl     string // ids: the control file (ids.go)
 	clock   int64  // ids: the last seq written to ctl; only the nemesis writes it
+	skew    int64  // ids: the clock offset (ns) of the slot when no clock step is on (contention mode)
 
 	mu     sync.Mutex // protects gen, cmd, exited
 	gen    int
@@ -109,9 +112,16 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 	if e.zk != nil {
 		e.nzk = len(e.zk.Nodes())
 	}
+	skews := clockSkews(cfg)
 	for i := range cfg.procs {
 		s := &slot{i: i, ctl: filepath.Join(dir, fmt.Sprintf("ctl-s%d", i))}
 		e.slots = append(e.slots, s)
+		if skews != nil {
+			s.skew = skews[i].Nanoseconds()
+			if err := e.setClock(s, 0); err != nil {
+				return e, err
+			}
+		}
 		for _, t := range targets {
 			p, err := testserver.NewProxy(t)
 			if err != nil {
@@ -150,6 +160,9 @@ func (e *env) spawn(s *slot) error {
 	if e.cfg.backend == "ids" {
 		args = append(args, "-ctl", s.ctl, "-ids", filepath.Join(e.dir, "ids-"+proc+".bin"),
 			"-rate", strconv.Itoa(e.cfg.idRate))
+		if e.cfg.contend {
+			args = append(args, "-idmax", strconv.Itoa(max(e.cfg.procs-2, 0)))
+		}
 	}
 	cmd := exec.Command(e.self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

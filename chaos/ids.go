@@ -34,6 +34,15 @@ import (
 // the nemesis steps through the slot's control file (clock-step). A lost
 // lease is given up (Release) and a new one taken. IDs go to the process's
 // ID file (idfile.go), lease and clock events to its JSON-lines history.
+//
+// The contention mode (chaos -ids-contend; the client's -idmax) makes the
+// hand-over of a released worker ID to another process likely, as it is
+// where a release that frees the ID before its generators have stopped and
+// their mark is stored reissues IDs: both leasers offer worker IDs 0 to
+// procs-2 only, so one process per part is always waiting and asks again
+// every idContendRetry; a release is preceded by idBurst of drawing without
+// the pacer, which goes on until the generators stop; and the nemesis gives
+// the slots' clocks seeded skews of up to 4 ms (clockSkews).
 const (
 	idService    = "chaos"
 	idGoroutines = 2
@@ -42,6 +51,9 @@ const (
 	idFlushEvery = 50 * time.Millisecond  // …or at this age
 	idCheckpoint = 100 * time.Millisecond // high-water marks saved this often (default 3 s)
 	ctlPoll      = 2 * time.Millisecond   // control file polled this often
+
+	idContendRetry = time.Millisecond     // contention mode: a Lease that found every ID taken is retried after this
+	idBurst        = 2 * time.Millisecond // contention mode: drawing at full speed before a release
 )
 
 // idLayout is the Snowflake layout of both Snowflake parts.
@@ -163,6 +175,9 @@ func runIDs(ctx context.Context, cfg clientConfig, rec *Recorder) error {
 		}
 	}()
 	common := []workerid.Option{workerid.WithCheckpoint(idCheckpoint), workerid.WithClock(c.clock.Now)}
+	if cfg.idMax >= 0 {
+		common = append(common, workerid.WithMax(int64(cfg.idMax)))
+	}
 	zkl, err := workerid.NewZK(conn, append(common, workerid.WithSessionTimeout(cfg.session), workerid.WithRoot("/chaos-ids"))...)
 	if err != nil {
 		return err
@@ -237,7 +252,11 @@ func (c *idsClient) snowflakes(ctx context.Context, part uint8, l leaser) {
 				failing = k
 				c.rec.Record(Event{Op: opLeaseFail, Part: name, Res: k})
 			}
-			sleepCtx(ctx, 50*time.Millisecond)
+			retry := 50 * time.Millisecond
+			if c.cfg.idMax >= 0 && errors.Is(err, workerid.ErrExhausted) {
+				retry = idContendRetry
+			}
+			sleepCtx(ctx, retry)
 			continue
 		}
 		failing = ""
@@ -319,11 +338,12 @@ func (c *idsClient) leased(ctx context.Context, part uint8, n int, lease *worker
 	}
 
 	var wg sync.WaitGroup
+	var burst atomic.Bool // the goroutines draw without the pacer
 	for g := range idGoroutines {
 		wg.Add(1)
 		go func() { // owned by leased: ends at the loss or the release, or when ctx ends
 			defer wg.Done()
-			c.issue(ctx, part, uint8(g), n, lease, sf)
+			c.issue(ctx, part, uint8(g), n, lease, sf, &burst)
 		}()
 	}
 	hold := time.NewTimer(time.Duration(200+c.rnd(1800)) * time.Millisecond)
@@ -331,6 +351,10 @@ func (c *idsClient) leased(ctx context.Context, part uint8, n int, lease *worker
 	case <-ctx.Done():
 	case <-lease.Lost():
 	case <-hold.C:
+		if c.cfg.idMax >= 0 {
+			burst.Store(true)
+			sleepCtx(ctx, idBurst)
+		}
 		release() // while the goroutines draw IDs
 	}
 	hold.Stop()
@@ -348,8 +372,9 @@ func (c *idsClient) rnd(n int64) int64 {
 	return c.r.Int64N(n)
 }
 
-// issue draws IDs from sf until its lease is lost or ctx ends.
-func (c *idsClient) issue(ctx context.Context, part uint8, g uint8, n int, lease *workerid.Lease, sf *idgen.Snowflake) {
+// issue draws IDs from sf until its lease is lost or ctx ends, paced
+// unless burst is set.
+func (c *idsClient) issue(ctx context.Context, part uint8, g uint8, n int, lease *workerid.Lease, sf *idgen.Snowflake, burst *atomic.Bool) {
 	w := newFlusher(c.file)
 	defer w.flush()
 	p := newPacer(c.cfg.rate / idGoroutines)
@@ -360,7 +385,9 @@ func (c *idsClient) issue(ctx context.Context, part uint8, g uint8, n int, lease
 		if brokenIDs && lease.Err() != nil {
 			return // a fresh generator does not know of the loss
 		}
-		p.wait(ctx)
+		if !burst.Load() {
+			p.wait(ctx)
+		}
 		h.Start = monoNow()
 		k, err := sf.NextN(buf)
 		h.End = monoNow()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/coordkit/coordkit/internal/testserver"
 )
@@ -86,6 +89,11 @@ const (
 	fClockStep       = "clock-step"        // ids: step a client's clock back or forward, then back to true
 )
 
+// fZKNotifyPart is zk-notify-partition: a slow holder's server stops
+// hearing it, a watch notification reaches it, then a black hole past its
+// session (notifyPartition).
+const fZKNotifyPart = "zk-notify-partition"
+
 func faultKinds(backend string) []string {
 	common := []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause}
 	switch backend {
@@ -94,12 +102,21 @@ func faultKinds(backend string) []string {
 	case "redlock":
 		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart)
 	case "zk":
-		return append(common, fZKExpire, fZKNodeKill)
+		return append(common, fZKExpire, fZKNodeKill, fZKNotifyPart)
 	case "ids":
 		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
 			fZKExpire, fZKNodeKill}
 	}
 	return nil
+}
+
+// faultKinds returns the kinds the nemesis of c draws from: c.kinds if set
+// (-kinds), else every kind of c.backend.
+func (c runConfig) faultKinds() []string {
+	if c.kinds != nil {
+		return c.kinds
+	}
+	return faultKinds(c.backend)
 }
 
 // step is one planned fault: drawn from the seed before the run, so that the
@@ -116,7 +133,7 @@ type step struct {
 // then kinds at random.
 func plan(cfg runConfig) []step {
 	rnd := rand.New(rand.NewPCG(cfg.seed, 0x6e656d65))
-	kinds := faultKinds(cfg.backend)
+	kinds := cfg.faultKinds()
 	order := append([]string(nil), kinds...)
 	rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	var steps []step
@@ -145,6 +162,13 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(cfg.procs), span(life/4, life*2)
 		case fZKExpire:
 			s.Target = rnd.IntN(cfg.procs)
+		case fZKNotifyPart:
+			// How long the server hears nothing from the holder before the
+			// notification: under go-zookeeper's 2T/3 receive timeout (the
+			// connection must still be up to receive it), and long enough
+			// that a loss counted from the last packet received comes more
+			// than reportSlack after the server expired the session.
+			s.Target, s.Dur = rnd.IntN(cfg.procs), span(cfg.session/2, cfg.session*3/5)
 		case fServerPause:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(300*time.Millisecond, life*2)
 		case fRestartKeep, fRestartNoData, fZKNodeKill:
@@ -283,6 +307,11 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 			p.Cut()
 			p.SetBlackhole(false)
 		}
+	case fZKNotifyPart:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		f.Detail, err = e.notifyPartition(ctx, sl, f.Proc, s.Dur)
 	case fClockStep:
 		sl := client()
 		_, _, f.Proc = sl.current()
@@ -359,20 +388,46 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 }
 
 // setClock sets the clock offset of slot s's processes (ids.go's control
-// file) to off ns.
+// file) to off ns from the slot's skew.
 func (e *env) setClock(s *slot, off int64) error {
 	s.clock++
-	return writeControl(s.ctl, s.clock, off)
+	return writeControl(s.ctl, s.clock, s.skew+off)
+}
+
+// clockSkews returns the ids contention mode's clock offsets of the slots,
+// drawn from the seed: 0 to 4 ms, as hosts' clocks differ, so that a worker
+// ID often passes to a process whose clock is behind its last holder's (by
+// less than the generators' 5 ms tolerance, so that the new generator waits
+// for the stored mark instead of failing). nil outside that mode.
+func clockSkews(cfg runConfig) []time.Duration {
+	if cfg.backend != "ids" || !cfg.contend {
+		return nil
+	}
+	rnd := rand.New(rand.NewPCG(cfg.seed, 0x736b6577))
+	skews := make([]time.Duration, cfg.procs)
+	for i := range skews {
+		skews[i] = time.Duration(rnd.Int64N(int64(4*time.Millisecond) + 1)).Round(10 * time.Microsecond)
+	}
+	return skews
 }
 
 // waitHolding polls the tail of proc's history until one of its holds has
 // been acquired and not yet released or lost, or until d has passed.
 func (e *env) waitHolding(ctx context.Context, proc string, d time.Duration) bool {
+	return e.waitHeldFor(ctx, proc, 0, d)
+}
+
+// waitHeldFor polls the tail of proc's history until one of its holds has
+// been held (acquired, not yet released or lost) for at least age, or until
+// d has passed. The holds seen are kept across polls: a busy process's
+// history scrolls an old acquisition out of the tail quickly.
+func (e *env) waitHeldFor(ctx context.Context, proc string, age, d time.Duration) bool {
 	path := filepath.Join(e.dir, "hist-"+proc+".jsonl")
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 8192)
+	open, gone := map[string]int64{}, map[string]bool{}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if holding(path, buf) {
+		if at := heldSince(path, buf, open, gone); at != 0 && monoNow()-at >= age.Nanoseconds() {
 			return true
 		}
 		time.Sleep(time.Millisecond)
@@ -380,21 +435,22 @@ func (e *env) waitHolding(ctx context.Context, proc string, d time.Duration) boo
 	return false
 }
 
-// holding reports whether the last 8 KiB of the history at path show a hold
-// acquired and not yet given up.
-func holding(path string, buf []byte) bool {
+// heldSince reads the last 8 KiB (len(buf)) of the history at path into
+// open (holds acquired, by hold id: the acquisition's Mono) and gone (holds
+// released or lost), and returns the acquisition time of the oldest hold
+// in open, or 0.
+func heldSince(path string, buf []byte, open map[string]int64, gone map[string]bool) int64 {
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		return 0
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return false
+		return 0
 	}
 	off := max(st.Size()-int64(len(buf)), 0)
 	n, _ := f.ReadAt(buf, off)
-	open := map[string]bool{}
 	for _, line := range bytes.Split(buf[:n], []byte("\n")) {
 		var ev Event
 		if json.Unmarshal(line, &ev) != nil || ev.Hold == "" {
@@ -402,10 +458,88 @@ func holding(path string, buf []byte) bool {
 		}
 		switch ev.Op {
 		case opAcquired:
-			open[ev.Hold] = true
+			if !gone[ev.Hold] {
+				open[ev.Hold] = ev.Mono
+			}
 		case opRelease, opLost:
+			gone[ev.Hold] = true
 			delete(open, ev.Hold)
 		}
 	}
-	return len(open) > 0
+	var oldest int64
+	for _, at := range open {
+		if oldest == 0 || at < oldest {
+			oldest = at
+		}
+	}
+	return oldest
+}
+
+// notifyPartition is the ZooKeeper overlap that follows a watch
+// notification (issue 15, item 1): go-zookeeper declares its connection
+// dead 2T/3 after the last packet it received, watch notifications
+// included, while the server expires the session T after the last packet
+// it received from the client. The step:
+//
+//  1. asks proc for a slow section (its control node, zkctl.go) and waits
+//     until proc has held a lock for longer than a section takes;
+//  2. holds every byte from proc to ZooKeeper (a half-open link: the server
+//     hears nothing, proc still receives) for deaf;
+//  3. writes proc's control node, so a watch notification reaches proc;
+//  4. holds every byte both ways (the partition), until the server has
+//     expired the session and a loss counted from the notification would
+//     have come, then cuts the connections, lets them pass again and ends
+//     the slow section if it is still running.
+//
+// zklock/doc.go promises Lost before another client can take the lock.
+func (e *env) notifyPartition(ctx context.Context, sl *slot, proc string, deaf time.Duration) (string, error) {
+	var addrs []string
+	for _, n := range e.zk.Nodes() {
+		addrs = append(addrs, n.Addr())
+	}
+	conn, events, err := zk.Connect(addrs, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	go func() { // drains the event channel; ends when conn is closed
+		for range events {
+		}
+	}()
+	T := e.cfg.session
+	slow := deaf + 2*T + 2*time.Second // outlasts the step, which ends it
+	e.zkCtl++
+	if err := setZKControl(conn, proc, e.zkCtl, fmt.Sprintf("hold %d", slow.Nanoseconds())); err != nil {
+		return "", fmt.Errorf("control node: %w", err)
+	}
+	defer func() { // after the proxies pass again (defers run last first)
+		e.zkCtl++
+		setZKControl(conn, proc, e.zkCtl, "end")
+	}()
+	if !e.waitHeldFor(ctx, proc, 150*time.Millisecond, 3*time.Second) {
+		return "", errors.New("no slow section began")
+	}
+	zkp := sl.proxies[:e.nzk]
+	for _, p := range zkp {
+		p.SetBlackholeToServer(true)
+	}
+	defer func() {
+		for _, p := range zkp {
+			p.Cut()
+			p.Reset()
+		}
+	}()
+	sleepCtx(ctx, deaf)
+	e.zkCtl++
+	if err := setZKControl(conn, proc, e.zkCtl, "ping"); err != nil {
+		return "", fmt.Errorf("control node: %w", err)
+	}
+	sleepCtx(ctx, 30*time.Millisecond) // the notification passes the proxy
+	for _, p := range zkp {
+		p.SetBlackhole(true)
+	}
+	// The session expires about T after deaf began (plus a tick or two);
+	// a loss counted from the notification comes about T after it.
+	sleepCtx(ctx, T+300*time.Millisecond)
+	return fmt.Sprintf("slow section %v, server deaf %v before the notification", slow, deaf), nil
 }

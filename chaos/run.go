@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,6 +31,8 @@ type runConfig struct {
 	hold    time.Duration            // a section's work lasts up to this
 	durs    map[string]time.Duration // per backend, instead of dur
 	idRate  int                      // ids: IDs per second per part and process
+	kinds   []string                 // fault kinds to draw from (nil: every kind of the backend)
+	contend bool                     // ids: the contention mode (ids.go)
 }
 
 // durFor is the load phase of backend b: flag (if set), the profile's
@@ -46,7 +49,8 @@ func (c runConfig) durFor(b string, flag time.Duration) time.Duration {
 var profiles = map[string]runConfig{
 	"short": {dur: 25 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
 		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
-		durs: map[string]time.Duration{"ids": 24 * time.Second}, idRate: 20_000},
+		// zk: 5 s more for zk-notify-partition (about 3.6 s) beside its 7 other kinds.
+		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second}, idRate: 20_000},
 	"long": {quiet: 5 * time.Second, procs: 4, workers: 4, keys: 6, hold: time.Millisecond,
 		ttl: time.Second, session: 2 * time.Second, faults: 150, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
 		// What fits in 30 minutes on 2 cores, by each backend's throughput
@@ -74,6 +78,8 @@ func runMain(args []string) (int, error) {
 	workers := fs.Int("workers", 0, "goroutines per client process (0: the profile's)")
 	keys := fs.Int("keys", 0, "hot keys (0: the profile's)")
 	out := fs.String("out", "", "directory for histories and reports (default: a new temp dir)")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default: every kind of each backend)")
+	contend := fs.Bool("ids-contend", false, "ids: contention mode: the processes contend for procs-1 worker IDs per part, their clocks differ by up to 4 ms, a released ID is retaken at once while its old generators draw at full speed")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
@@ -97,6 +103,7 @@ func runMain(args []string) (int, error) {
 		return 2, fmt.Errorf("-owners %q: want call or goroutine", *owners)
 	}
 	base.owners = *owners
+	base.contend = *contend
 	if *dur > 0 {
 		base.dur = *dur
 	}
@@ -117,6 +124,16 @@ func runMain(args []string) (int, error) {
 			return 2, fmt.Errorf("unknown backend %q", b)
 		}
 		list = append(list, b)
+	}
+	if *kinds != "" {
+		base.kinds = strings.Split(*kinds, ",")
+		for _, b := range list {
+			for _, k := range base.kinds {
+				if !slices.Contains(faultKinds(b), k) {
+					return 2, fmt.Errorf("-kinds: backend %s has no fault kind %q", b, k)
+				}
+			}
+		}
 	}
 	dir := *out
 	if dir == "" {
@@ -165,6 +182,7 @@ type runMeta struct {
 	Faults   map[string]int `json:"faults"`
 	Missing  []string       `json:"missing_faults,omitempty"` // kinds of the backend not injected before the load phase ended
 	Plan     []string       `json:"plan"`
+	Mode     string         `json:"mode,omitempty"` // ids: "contend" in the contention mode
 }
 
 // runOne runs cfg in dir and checks it.
@@ -181,6 +199,10 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		meta.Plan = append(meta.Plan, fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur))
 	}
 	fmt.Printf("chaos: %s seed %d: %d faults planned\n", cfg.backend, cfg.seed, len(steps))
+	if cfg.backend == "ids" && cfg.contend {
+		meta.Mode = "contend"
+		fmt.Printf("chaos: ids contention mode: worker IDs 0..%d per part, clock skews %v\n", cfg.procs-2, clockSkews(cfg))
+	}
 	start := time.Now()
 	goroutines := runtime.NumGoroutine()
 	e, err := newEnv(cfg, dir)
@@ -197,7 +219,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
-		for _, k := range faultKinds(cfg.backend) {
+		for _, k := range cfg.faultKinds() {
 			if meta.Faults[k] == 0 {
 				meta.Missing = append(meta.Missing, k)
 			}
