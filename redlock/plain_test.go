@@ -30,6 +30,18 @@ func plainMasters(t *testing.T) ([]*testserver.Proxy, []*redis.Client) {
 	return proxies, clients
 }
 
+// plainLocker returns a Redlock over plainMasters (TTL 30 s), closed when
+// the test ends if the test has not closed it.
+func plainLocker(t *testing.T, nodeTimeout time.Duration) ([]*testserver.Proxy, *redlock.Client) {
+	t.Helper()
+	proxies, clients := plainMasters(t)
+	c, err := redlock.New(redlock.Masters(clients...), redlock.WithNodeTimeout(nodeTimeout), redlock.WithDefaultTTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("New with plain clients: %v", err)
+	}
+	return proxies, c
+}
+
 // heldOn returns the masters (direct, not through the proxies) on which
 // key's lock hash exists.
 func heldOn(t *testing.T, ctx context.Context, key string) []int {
@@ -85,11 +97,7 @@ func TestPlainClients(t *testing.T) {
 	t.Run("minority silent", func(t *testing.T) {
 		ctx := ctxTimeout(t, 30*time.Second)
 		key := uniqueKey(t)
-		proxies, clients := plainMasters(t)
-		c, err := redlock.New(redlock.Masters(clients...), redlock.WithNodeTimeout(nodeTimeout), redlock.WithDefaultTTL(30*time.Second))
-		if err != nil {
-			t.Fatalf("New with plain clients: %v", err)
-		}
+		proxies, c := plainLocker(t, nodeTimeout)
 		defer c.Close()
 		proxies[3].SetBlackhole(true)
 		proxies[4].SetBlackhole(true)
@@ -110,19 +118,15 @@ func TestPlainClients(t *testing.T) {
 	t.Run("majority answers late", func(t *testing.T) {
 		ctx := ctxTimeout(t, 30*time.Second)
 		key := uniqueKey(t)
-		proxies, clients := plainMasters(t)
-		c, err := redlock.New(redlock.Masters(clients...), redlock.WithNodeTimeout(nodeTimeout), redlock.WithDefaultTTL(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		proxies, c := plainLocker(t, nodeTimeout)
 		defer c.Close()
 		// Three masters run the scripts at once, but their answers are
-		// held back for 400 ms.
+		// held back until the attempt has returned.
 		for _, p := range proxies[2:] {
 			p.SetBlackholeToClient(true)
 		}
 		begin := time.Now()
-		_, err = c.TryObtain(ctx, key)
+		_, err := c.TryObtain(ctx, key)
 		d := time.Since(begin)
 		for _, p := range proxies[2:] {
 			p.Reset()
@@ -150,17 +154,13 @@ func TestPlainClients(t *testing.T) {
 		// late answer must give back the level it took.
 		ctx := ctxTimeout(t, 30*time.Second)
 		key := uniqueKey(t)
-		proxies, clients := plainMasters(t)
-		c, err := redlock.New(redlock.Masters(clients...), redlock.WithNodeTimeout(nodeTimeout), redlock.WithDefaultTTL(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		proxies, c := plainLocker(t, nodeTimeout)
 		defer c.Close()
 		for _, p := range proxies[2:] {
 			p.SetBlackholeToServer(true)
 		}
 		begin := time.Now()
-		_, err = c.TryObtain(ctx, key)
+		_, err := c.TryObtain(ctx, key)
 		d := time.Since(begin)
 		if !errors.Is(err, redlock.ErrNoQuorum) {
 			t.Fatalf("TryObtain with 3 of 5 masters unreachable: %v, want ErrNoQuorum", err)
