@@ -3,6 +3,7 @@ package lock_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,7 @@ func TestTokenAfterLostAOFTail(t *testing.T) {
 			l := lockers(t, rdb)[name]
 			key := uniqueKey(t)
 			locktest.Cycles(t, l, key, 1)
+			aofWritten(t, rdb)
 			aof := incrAOF(t, srv)
 			st, err := os.Stat(aof)
 			if err != nil {
@@ -77,6 +79,28 @@ func TestTokenAfterLostAOFTail(t *testing.T) {
 				t.Fatalf("token after losing the AOF tail = %d, want > %d", got, last)
 			}
 		})
+	}
+}
+
+// aofWritten waits until Redis has written its AOF buffer to the file.
+// With appendfsync everysec, Redis answers a command before the write when
+// a background fsync is still running (it postpones the write for up to 2
+// s), so the file's size right after a reply may miss that reply's command.
+func aofWritten(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := rdb.Info(ctxTimeout(t, 5*time.Second), "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "aof_buffer_length:0\r\n") && strings.Contains(info, "aof_rewrite_in_progress:0\r\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("AOF buffer not written within 10 s:\n%s", info)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
