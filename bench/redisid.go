@@ -37,7 +37,7 @@ func runRedisID(env *Env) error {
 		return err
 	}
 
-	segs, err := redisid.NewSegments(rdb, redisid.WithKeyPrefix(prefix+"seg:"))
+	segs, err := redisid.NewSegments(rdb, redisid.WithPrefix(prefix+"seg:"))
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func runRedisID(env *Env) error {
 		{"fixed step 100,000", []redisid.Option{redisid.WithStep(100_000), redisid.WithStepBounds(100_000, 100_000)}},
 	} {
 		for _, w := range workers {
-			s, err := redisid.NewSegments(rdb, append(c.opts, redisid.WithKeyPrefix(prefix+"lat:"))...)
+			s, err := redisid.NewSegments(rdb, append(c.opts, redisid.WithPrefix(prefix+"lat:"))...)
 			if err != nil {
 				return err
 			}

@@ -7,13 +7,19 @@ import (
 )
 
 var (
+	// ErrInvalid matches every invalid-argument error of this package
+	// (ErrInvalidLayout, ErrInvalidWorker, ErrInvalidOption, ErrInvalidID), as
+	// lock.ErrInvalid, redisid.ErrInvalid and workerid.ErrInvalid do in theirs:
+	// errors.Is(err, idgen.ErrInvalid) tells bad input from a failure.
+	ErrInvalid = errors.New("idgen: invalid argument")
+
 	// ErrInvalidLayout is returned (wrapped, with the reason) by Layout.Validate,
 	// NewSnowflake and Layout.Compose for a layout whose fields do not add up.
-	ErrInvalidLayout = errors.New("idgen: invalid layout")
+	ErrInvalidLayout error = &invalidError{"idgen: invalid layout"}
 
 	// ErrInvalidWorker is returned (wrapped) when a worker, datacenter or machine
 	// number does not fit the bits the layout gives it.
-	ErrInvalidWorker = errors.New("idgen: worker out of range")
+	ErrInvalidWorker error = &invalidError{"idgen: worker out of range"}
 
 	// ErrEpochInFuture is returned (wrapped, together with ErrInvalidLayout) by
 	// NewSnowflake when the layout's epoch is later than the generator's clock.
@@ -37,12 +43,18 @@ var (
 
 	// ErrInvalidOption is returned (wrapped) by constructors given an option
 	// value outside its documented range.
-	ErrInvalidOption = errors.New("idgen: invalid option")
+	ErrInvalidOption error = &invalidError{"idgen: invalid option"}
 
 	// ErrInvalidID is returned (wrapped, with the reason) by every parser and
 	// decoder in this package for input that is not a valid ID.
-	ErrInvalidID = errors.New("idgen: invalid id")
+	ErrInvalidID error = &invalidError{"idgen: invalid id"}
 )
+
+// invalidError is an invalid-argument error that also matches ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
 
 // ClockBackwardsError reports that the clock is Behind the time of the last ID
 // issued (or the high-water mark) by more than the generator tolerates.

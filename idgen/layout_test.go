@@ -95,6 +95,11 @@ func TestNewSnowflakeErrors(t *testing.T) {
 			if !errors.Is(err, tc.want) || g != nil {
 				t.Fatalf("NewSnowflake = %v, %v; want %v", g, err, tc.want)
 			}
+			// Bad input, as every coordkit package reports it; a clock that
+			// ran out is not bad input.
+			if invalid := tc.want != idgen.ErrTimeExhausted; errors.Is(err, idgen.ErrInvalid) != invalid {
+				t.Fatalf("errors.Is(%v, ErrInvalid) = %v, want %v", err, !invalid, invalid)
+			}
 		})
 	}
 	if _, err := idgen.NewSnowflake(idgen.Layout{Epoch: t0.Add(time.Second)}, 0, idgen.WithClock(clock)); !errors.Is(err, idgen.ErrInvalidLayout) {

@@ -17,7 +17,7 @@
 // # Segments (Leaf's segment mode on Redis)
 //
 // Each tag (order, user, …) has a counter key, prefix+tag (default
-// "redisid:seg:order"). A process reserves the range (end-step, end] with one
+// "coordkit:id:seg:order"). A process reserves the range (end-step, end] with one
 // INCRBY key step and serves it from memory: Next is an atomic add on the
 // segment in use. When 15 % of a segment is used, a goroutine owned by the
 // Segments registry reserves the next one (double buffer), so in steady state
@@ -124,12 +124,29 @@
 //
 // # Redis keys
 //
-//	redisid:seg:<tag>         string   Segments counter (prefix: WithKeyPrefix)
-//	<key>                     string   Counter, and RaiseCounter
-//	<key>                     hash     step hash: offset, step, current, start
-//	redisid:time:{<tag>}:seq  hash     TIME scheme: m<shard> = ms of the shard's
-//	                                   last ID, q<shard> = its sequence
-//	redisid:time:{<tag>}:last string   TIME scheme: the tag's last millisecond
+//	coordkit:id:seg:<tag>            string  Segments counter (DefaultPrefix; WithPrefix)
+//	<key>                            string  Counter, and RaiseCounter
+//	<key>                            hash    step hash: offset, step, current, start
+//	coordkit:id:time:{<tag>}:seq     hash    TIME scheme: m<shard> = ms of the shard's
+//	                                         last ID, q<shard> = its sequence
+//	coordkit:id:time:{<tag>}:last    string  TIME scheme: the tag's last millisecond
+//
+// Every key coordkit chooses starts with "coordkit:", so one ACL key pattern
+// (~coordkit:*) covers them all; Counter and Hash use the key they are given.
+//
+// Versions before this schema used "redisid:seg:" and "redisid:time:"
+// (LegacyPrefix, LegacyTimePrefix). With the default prefixes, a tag that
+// still has such keys goes on with them, so that no ID is issued twice
+// across an upgrade, and processes of the older and the newer version share
+// them during a rolling upgrade: Segments picks the LegacyPrefix counter at a
+// tag's first fetch if it exists and the new one does not; the TIME script
+// uses the legacy keys whenever the legacy mark exists. Only a tag that is
+// new to both versions and first used by both during the rolling upgrade can
+// end up with two counters (one per version); avoid that by deploying with
+// WithPrefix(LegacyPrefix) / WithTimeKeyPrefix(LegacyTimePrefix) first, or by
+// adding new tags after the upgrade. To move a tag to the new key later, stop
+// its writers and RENAME the legacy key (the TIME scheme: both of the tag's
+// keys; the new names share the tag's Cluster slot).
 //
 // No key expires: a counter must outlive every process, and the TIME keys are
 // at most one hash of 8192 small fields and one string per tag. Tags of the

@@ -9,36 +9,42 @@ import (
 )
 
 var (
+	// ErrInvalid matches every invalid-argument error of this package
+	// (ErrEmptyTag, ErrBadTag, ErrEmptyKey, ErrBadStep, ErrBadOption,
+	// ErrBadShard, ErrBadNode, ErrBadID), as lock.ErrInvalid, idgen.ErrInvalid
+	// and workerid.ErrInvalid do in theirs.
+	ErrInvalid = errors.New("redisid: invalid argument")
+
 	// ErrEmptyTag is returned by constructors and Next methods given an empty tag.
-	ErrEmptyTag = errors.New("redisid: empty tag")
+	ErrEmptyTag error = &invalidError{"redisid: empty tag"}
 
 	// ErrBadTag is returned for a tag that contains '{' or '}': the tag becomes
 	// a Redis Cluster hash tag, so it must not bring braces of its own.
-	ErrBadTag = errors.New("redisid: tag must not contain '{' or '}'")
+	ErrBadTag error = &invalidError{"redisid: tag must not contain '{' or '}'"}
 
 	// ErrEmptyKey is returned by constructors given an empty Redis key.
-	ErrEmptyKey = errors.New("redisid: empty key")
+	ErrEmptyKey error = &invalidError{"redisid: empty key"}
 
 	// ErrBadStep is returned (wrapped, with the value) for a step, increment
 	// or step bound that is not positive, or bounds that do not contain the
 	// initial step.
-	ErrBadStep = errors.New("redisid: step must be positive")
+	ErrBadStep error = &invalidError{"redisid: step must be positive"}
 
 	// ErrBadOption is returned (wrapped, with the reason) by constructors given
 	// an option value outside its documented range.
-	ErrBadOption = errors.New("redisid: invalid option")
+	ErrBadOption error = &invalidError{"redisid: invalid option"}
 
 	// ErrBadShard is returned (wrapped, with the value) for a logical shard
 	// outside [0, MaxShard].
-	ErrBadShard = errors.New("redisid: shard out of range")
+	ErrBadShard error = &invalidError{"redisid: shard out of range"}
 
 	// ErrBadNode is returned (wrapped, with the value) by NewTime for a node
 	// count outside [1, MaxNodes] or a node index outside [0, count).
-	ErrBadNode = errors.New("redisid: node index out of range")
+	ErrBadNode error = &invalidError{"redisid: node index out of range"}
 
 	// ErrBadID is returned (wrapped) by Parse and FromReply for a value that is
 	// not an ID of the TIME layout.
-	ErrBadID = errors.New("redisid: invalid id")
+	ErrBadID error = &invalidError{"redisid: invalid id"}
 
 	// ErrClosed is returned by Next once Segments.Close has been called and the
 	// segment in memory is used up.
@@ -73,6 +79,12 @@ var (
 	// millisecond the TIME layout can hold (2039-09-07T15:47:35.551Z).
 	ErrTimeOverflow = errors.New("redisid: time beyond the layout's end in 2039")
 )
+
+// invalidError is an invalid-argument error that also matches ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
 
 // NodeError is the failure of one Redis node of a Time client. Time.Next
 // joins one per node it tried (errors.Join) when no node could issue an ID.

@@ -20,7 +20,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		prefix:       "redisid:seg:",
+		prefix:       DefaultPrefix,
 		step:         1000,
 		minStep:      1000,
 		maxStep:      10_000_000,
@@ -30,9 +30,24 @@ func defaultOptions() options {
 	}
 }
 
-// WithKeyPrefix sets the prefix of the counter keys: tag t draws from the
-// Redis key prefix+t. Default: "redisid:seg:".
-func WithKeyPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+// DefaultPrefix and LegacyPrefix start the Segments counter keys: tag t
+// draws from DefaultPrefix+t, or from LegacyPrefix+t (the key of coordkit
+// versions before the "coordkit:" key prefix) if that key exists. See
+// "Redis keys" in the package documentation.
+const (
+	DefaultPrefix = "coordkit:id:seg:"
+	LegacyPrefix  = "redisid:seg:"
+)
+
+// WithPrefix sets the prefix of the counter keys: tag t draws from the Redis
+// key prefix+t, and from no other key. Default: DefaultPrefix (with the
+// LegacyPrefix key kept for the tags that have one). It must not be empty.
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
+// WithKeyPrefix is WithPrefix.
+//
+// Deprecated: use WithPrefix, the name every coordkit client uses.
+func WithKeyPrefix(prefix string) Option { return WithPrefix(prefix) }
 
 // WithStep sets the size of a tag's first segment. Default: 1000 (or the
 // lower bound, if WithStepBounds raises it above 1000).
@@ -64,6 +79,8 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 
 func (o *options) validate() error {
 	switch {
+	case o.prefix == "":
+		return fmt.Errorf("%w: empty key prefix", ErrBadOption)
 	case o.minStep <= 0 || o.maxStep < o.minStep:
 		return fmt.Errorf("%w: bounds [%d, %d]", ErrBadStep, o.minStep, o.maxStep)
 	case o.step <= 0:

@@ -71,6 +71,9 @@ func (s *Segments) For(tag string) (*Segment, error) {
 		return g, nil
 	}
 	g := &Segment{reg: s, tag: tag, key: s.o.prefix + tag, step: s.o.step}
+	if s.o.prefix == DefaultPrefix {
+		g.legacy = LegacyPrefix + tag
+	}
 	m := make(map[string]*Segment, len(old)+1)
 	for k, v := range old {
 		m[k] = v
@@ -130,7 +133,12 @@ type Segment struct {
 
 	reg *Segments
 	tag string
-	key string
+	// key is the counter's key, legacy the LegacyPrefix key to use instead
+	// if it exists ("" when the prefix is not DefaultPrefix, or once the
+	// first fetch has chosen). Both are written by fetch only, which runs
+	// one at a time, and read by Key under mu.
+	key    string
+	legacy string
 
 	mu        sync.Mutex // protects next, flight, step, high and lastFetch
 	next      *segment   // reserved and waiting, or nil
@@ -185,8 +193,13 @@ func (g *Segment) Stats() SegmentStats {
 // Tag returns the generator's tag.
 func (g *Segment) Tag() string { return g.tag }
 
-// Key returns the Redis key of the generator's counter.
-func (g *Segment) Key() string { return g.key }
+// Key returns the Redis key of the generator's counter: prefix+tag, or,
+// with the default prefix, the LegacyPrefix key if the first fetch found it.
+func (g *Segment) Key() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.key
+}
 
 // Next returns the next ID of the tag: unique across every process drawing
 // from the same key, and larger than every ID this generator returned
@@ -314,6 +327,11 @@ func nextStep(step int64, lasted time.Duration, o *options) int64 {
 func (g *Segment) fetch(ctx context.Context, step, floor int64) (first int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, g.reg.o.fetchTimeout)
 	defer cancel()
+	if g.legacy != "" {
+		if err := g.chooseKey(ctx); err != nil {
+			return 0, err
+		}
+	}
 	end, err := g.reg.rdb.IncrBy(ctx, g.key, step).Result()
 	if err != nil {
 		return 0, fmt.Errorf("redisid: reserve segment of %q: %w", g.tag, classify(g.key, err))
@@ -325,6 +343,26 @@ func (g *Segment) fetch(ctx context.Context, step, floor int64) (first int64, er
 		}
 	}
 	return end - step + 1, nil
+}
+
+// chooseKey picks the counter at the first fetch: the LegacyPrefix key if it
+// exists and the DefaultPrefix key does not, so that a tag counted by an
+// older coordkit goes on from its counter (and older and newer processes
+// share it during a rolling upgrade), else the DefaultPrefix key.
+func (g *Segment) chooseKey(ctx context.Context) error {
+	p := g.reg.rdb.Pipeline()
+	cur := p.Exists(ctx, g.key)
+	old := p.Exists(ctx, g.legacy)
+	if _, err := p.Exec(ctx); err != nil {
+		return fmt.Errorf("redisid: look up the counter of %q: %w", g.tag, err)
+	}
+	if cur.Val() == 0 && old.Val() == 1 {
+		g.mu.Lock()
+		g.key = g.legacy
+		g.mu.Unlock()
+	}
+	g.legacy = ""
+	return nil
 }
 
 // raise runs raise.lua: counter := max(counter, floor) + incr, returning it.

@@ -39,7 +39,7 @@ func TestSegmentsConcurrentClients(t *testing.T) {
 	prefix := uniqueKey(t) + ":"
 	gens := make([]*redisid.Segment, clients)
 	for i := range gens {
-		s := newSegments(t, shared.Client(t), redisid.WithKeyPrefix(prefix),
+		s := newSegments(t, shared.Client(t), redisid.WithPrefix(prefix),
 			redisid.WithStepBounds(1000, 1_000_000))
 		g, err := s.For("order")
 		if err != nil {
@@ -276,7 +276,7 @@ func TestSegmentAdaptiveStep(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	s := newSegments(t, sharedClient(t), redisid.WithKeyPrefix(uniqueKey(t)+":"),
+	s := newSegments(t, sharedClient(t), redisid.WithPrefix(uniqueKey(t)+":"),
 		redisid.WithStep(1000), redisid.WithStepBounds(1000, 8000),
 		redisid.WithTargetInterval(time.Minute), redisid.WithClock(clock))
 	g, _ := s.For("adapt")
@@ -310,7 +310,7 @@ func TestSegmentAdaptiveStep(t *testing.T) {
 // TestSegmentNoAllocs: Next from memory does not allocate.
 func TestSegmentNoAllocs(t *testing.T) {
 	ctx := ctxT(t)
-	s := newSegments(t, sharedClient(t), redisid.WithKeyPrefix(uniqueKey(t)+":"),
+	s := newSegments(t, sharedClient(t), redisid.WithPrefix(uniqueKey(t)+":"),
 		redisid.WithStep(1_000_000), redisid.WithStepBounds(1_000_000, 1_000_000))
 	g, _ := s.For("alloc")
 	for range 200_000 { // past the prefetch point (15 %)
@@ -331,7 +331,7 @@ func TestSegmentNoAllocs(t *testing.T) {
 // generator, and Segments.Next draws from it.
 func TestSegmentsSharedTags(t *testing.T) {
 	ctx := ctxT(t)
-	s := newSegments(t, sharedClient(t), redisid.WithKeyPrefix(uniqueKey(t)+":"))
+	s := newSegments(t, sharedClient(t), redisid.WithPrefix(uniqueKey(t)+":"))
 	for _, tag := range []string{"order", "user"} {
 		for want := int64(1); want <= 3; want++ {
 			id, err := s.Next(ctx, tag)
@@ -387,7 +387,7 @@ func TestSegmentCorruptKey(t *testing.T) {
 	prefix := uniqueKey(t) + ":"
 	rdb.HSet(ctx, prefix+"hash", "a", 1)
 	rdb.Set(ctx, prefix+"text", "twelve", 0)
-	s := newSegments(t, rdb, redisid.WithKeyPrefix(prefix))
+	s := newSegments(t, rdb, redisid.WithPrefix(prefix))
 	for _, tag := range []string{"hash", "text"} {
 		if _, err := s.Next(ctx, tag); !errors.Is(err, redisid.ErrCorrupt) {
 			t.Errorf("Next(%q) err = %v, want ErrCorrupt", tag, err)
@@ -399,7 +399,7 @@ func TestSegmentCorruptKey(t *testing.T) {
 // ErrClosed; Close waits for the background fetch.
 func TestSegmentsClose(t *testing.T) {
 	ctx := ctxT(t)
-	s, err := redisid.NewSegments(sharedClient(t), redisid.WithKeyPrefix(uniqueKey(t)+":"),
+	s, err := redisid.NewSegments(sharedClient(t), redisid.WithPrefix(uniqueKey(t)+":"),
 		redisid.WithStepBounds(1000, 1000))
 	if err != nil {
 		t.Fatal(err)

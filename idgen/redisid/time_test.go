@@ -156,7 +156,7 @@ func TestTimeClockBackwards(t *testing.T) {
 	cs := nodeClients(t, rs)
 	c := newTime(t, cs)
 	future := time.Now().Add(time.Hour).UnixMilli()
-	cs[0].Set(ctx, "redisid:time:{pay}:last", future, 0)
+	cs[0].Set(ctx, redisid.DefaultTimePrefix+"{pay}:last", future, 0)
 	for range 20 {
 		id, err := c.Next(ctx, "pay", 1)
 		if err != nil {
@@ -166,7 +166,7 @@ func TestTimeClockBackwards(t *testing.T) {
 			t.Fatalf("ID %d from the node whose clock is behind", id)
 		}
 	}
-	cs[1].Set(ctx, "redisid:time:{pay}:last", future, 0)
+	cs[1].Set(ctx, redisid.DefaultTimePrefix+"{pay}:last", future, 0)
 	_, err := c.Next(ctx, "pay", 1)
 	if !errors.Is(err, redisid.ErrClockBackwards) {
 		t.Fatalf("err = %v, want ErrClockBackwards", err)
@@ -179,10 +179,10 @@ func TestTimeClockBackwards(t *testing.T) {
 
 	// A shard that remembers a later millisecond than the clock is caught
 	// too, even if the mark is gone.
-	cs[0].Del(ctx, "redisid:time:{pay}:last")
-	cs[1].Del(ctx, "redisid:time:{pay}:last")
+	cs[0].Del(ctx, redisid.DefaultTimePrefix+"{pay}:last")
+	cs[1].Del(ctx, redisid.DefaultTimePrefix+"{pay}:last")
 	for _, cl := range cs {
-		cl.HSet(ctx, "redisid:time:{pay}:seq", "m1", future, "q1", 0)
+		cl.HSet(ctx, redisid.DefaultTimePrefix+"{pay}:seq", "m1", future, "q1", 0)
 	}
 	if _, err := c.Next(ctx, "pay", 1); !errors.Is(err, redisid.ErrClockBackwards) {
 		t.Fatalf("err = %v, want ErrClockBackwards", err)

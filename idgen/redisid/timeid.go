@@ -102,8 +102,20 @@ type timeOptions struct {
 	count        int
 }
 
+// DefaultTimePrefix and LegacyTimePrefix start the TIME scheme's keys: tag
+// t uses DefaultTimePrefix+"{t}:seq" and DefaultTimePrefix+"{t}:last", or the
+// keys under LegacyTimePrefix (those of coordkit versions before the
+// "coordkit:" key prefix) while LegacyTimePrefix+"{t}:last" exists. See
+// "Redis keys" in the package documentation.
+const (
+	DefaultTimePrefix = "coordkit:id:time:"
+	LegacyTimePrefix  = "redisid:time:"
+)
+
 // WithTimeKeyPrefix sets the prefix of the TIME scheme's keys: tag t uses
-// prefix+"{t}:seq" and prefix+"{t}:last". Default: "redisid:time:".
+// prefix+"{t}:seq" and prefix+"{t}:last", and no other keys. Default:
+// DefaultTimePrefix (with the legacy keys kept for the tags that have them).
+// It must not be empty or contain a brace.
 func WithTimeKeyPrefix(prefix string) TimeOption {
 	return func(o *timeOptions) { o.prefix = prefix }
 }
@@ -134,7 +146,7 @@ type Time struct {
 // for no nodes, more than MaxNodes, or an index outside [0, count) or used
 // twice, and ErrBadOption for a negative WithMaxClockBack.
 func NewTime(nodes []TimeNode, opts ...TimeOption) (*Time, error) {
-	o := timeOptions{prefix: "redisid:time:", maxClockBack: 10 * time.Millisecond, count: len(nodes)}
+	o := timeOptions{prefix: DefaultTimePrefix, maxClockBack: 10 * time.Millisecond, count: len(nodes)}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -143,6 +155,9 @@ func NewTime(nodes []TimeNode, opts ...TimeOption) (*Time, error) {
 	}
 	if o.count < len(nodes) || o.count > MaxNodes {
 		return nil, fmt.Errorf("%w: node count %d (have %d nodes, at most %d)", ErrBadNode, o.count, len(nodes), MaxNodes)
+	}
+	if o.prefix == "" || strings.ContainsAny(o.prefix, "{}") {
+		return nil, fmt.Errorf("%w: key prefix %q (empty, or with a brace)", ErrBadOption, o.prefix)
 	}
 	if o.maxClockBack < 0 {
 		return nil, fmt.Errorf("%w: max clock back %v", ErrBadOption, o.maxClockBack)
@@ -192,9 +207,16 @@ func checkTag(tag string) error {
 	return nil
 }
 
+// keys returns the script's KEYS for tag: the sequence hash and the mark,
+// then their legacy names (the same keys again under another prefix).
 func (c *Time) keys(tag string) []string {
 	base := c.o.prefix + "{" + tag + "}"
-	return []string{base + ":seq", base + ":last"}
+	keys := []string{base + ":seq", base + ":last", base + ":seq", base + ":last"}
+	if c.o.prefix == DefaultTimePrefix {
+		old := LegacyTimePrefix + "{" + tag + "}"
+		keys[2], keys[3] = old+":seq", old+":last"
+	}
+	return keys
 }
 
 // Next returns an ID for tag and shard (for instance a user ID modulo 4096,
