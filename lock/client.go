@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -29,9 +30,10 @@ type Client struct {
 	rdb        redis.UniversalClient
 	pipe       *pipe.Pipeliner // acquire and release, pipelined under load
 	o          clientOptions
-	err        error  // invalid construction, returned by every call
-	id         string // this client's id: its waiters are "<id>:<n>"
-	chanPrefix string // prefix of every client's wake-up channel
+	obs        observe.Lock // logger and metrics hooks
+	err        error        // invalid construction, returned by every call
+	id         string       // this client's id: its waiters are "<id>:<n>"
+	chanPrefix string       // prefix of every client's wake-up channel
 	quit       chan struct{}
 
 	seq   atomic.Uint64 // numbers the calls: "<id>:<n>"
@@ -58,6 +60,7 @@ var argNo, argYes any = "0", "1"
 type holdKey struct{ key, owner string }
 
 type hold struct {
+	c      *Client
 	k      holdKey
 	token  int64 // the hold's fencing token: its identity in Redis
 	levels int
@@ -76,8 +79,9 @@ type subscription struct {
 }
 
 // New returns a Client that locks keys on rdb, which it does not close. It
-// never fails: an invalid argument (nil rdb, a bad option) makes every
-// Obtain and TryObtain return an error wrapping ErrInvalid.
+// returns a Client even for an invalid argument (nil rdb, a bad option):
+// Err reports it at once, and every Obtain and TryObtain returns that error
+// (wrapping ErrInvalid).
 func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	o := defaultClientOptions()
 	for _, opt := range opts {
@@ -94,6 +98,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 		holds:   map[holdKey]*hold{},
 		waiters: map[string]chan int64{},
 	}
+	c.obs = observe.NewLock("coordkit/lock", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	c.chanPrefix = wakePrefix(o.prefix)
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
 	c.argBound, c.argTTL = o.waiterTimeout.Milliseconds(), o.ttl.Milliseconds()
@@ -101,15 +106,29 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	if o.fair {
 		c.argFair = argYes
 	}
+	c.err = checkClient(rdb, &o)
+	return c
+}
+
+// checkClient is New's and NewSimple's check of their arguments.
+func checkClient(rdb redis.UniversalClient, o *clientOptions) error {
 	switch {
 	case rdb == nil:
-		c.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
+		return fmt.Errorf("%w: nil redis client", ErrInvalid)
 	case strings.ContainsAny(o.prefix, "{}"):
-		c.err = fmt.Errorf("%w: key prefix %q contains a brace", ErrInvalid, o.prefix)
-	default:
-		c.err = o.validate()
+		return fmt.Errorf("%w: key prefix %q contains a brace", ErrInvalid, o.prefix)
 	}
-	return c
+	return o.validate()
+}
+
+// Err returns the error New found in its arguments (wrapping ErrInvalid),
+// or nil: check it after New to fail at start-up rather than at the first
+// Obtain, which returns the same error.
+func (c *Client) Err() error {
+	if c == nil {
+		return fmt.Errorf("%w: nil *lock.Client", ErrInvalid)
+	}
+	return c.err
 }
 
 // keys returns the lock's keys: hash, fence, queue, deadlines. They share
@@ -209,7 +228,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	if err != nil {
 		return nil, err
 	}
-	if _, none := c.o.metrics.(noMetrics); none {
+	if c.o.metrics == nil {
 		l, err := c.obtainHeld(ctx, key, wait, o)
 		if err != nil {
 			return nil, err
@@ -218,7 +237,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	}
 	begin := c.o.now()
 	l, err := c.obtainHeld(ctx, key, wait, o)
-	c.o.metrics.Waited(key, c.o.now().Sub(begin), err)
+	c.obs.Waited(key, c.o.now().Sub(begin), err)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ func TestWaitReplicas(t *testing.T) {
 }
 
 type countingMetrics struct {
+	lock.NopMetrics
 	mu                              sync.Mutex
 	waited, held, renewed, lost, nf int
 }

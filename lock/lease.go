@@ -94,15 +94,15 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 	case h != nil && h.token == token: // re-entry (the owner's hold began meanwhile): the hold has its place
 		gh.leave()
 	case h != nil && token < h.token: // an answer about a hold that a newer one replaced
-		h = &hold{k: k, since: at, token: token, gate: gh}
-		h.wd = c.startWatchdog(key, owner, token, o, at, first, gh)
+		h = &hold{c: c, k: k, since: at, token: token, gate: gh}
+		h.wd = c.startWatchdog(h, o, at, first)
 		lose = append(lose, h)
 	default:
 		if h != nil { // Redis lost h: this owner's new hold replaces it
 			lose = append(lose, h)
 		}
-		h = &hold{k: k, since: at, token: token, gate: gh}
-		h.wd = c.startWatchdog(key, owner, token, o, at, first, gh)
+		h = &hold{c: c, k: k, since: at, token: token, gate: gh}
+		h.wd = c.startWatchdog(h, o, at, first)
 		c.holds[k] = h
 	}
 	closed := c.closed
@@ -118,7 +118,8 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 	return l
 }
 
-func (c *Client) startWatchdog(key, owner string, token int64, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *watchdog.Watchdog {
+func (c *Client) startWatchdog(h *hold, o ObtainOptions, at time.Time, first time.Duration) *watchdog.Watchdog {
+	key, owner, token := h.k.key, h.k.owner, h.token
 	ttl := o.TTL.Milliseconds()
 	cfg := watchdog.Config{
 		TTL:         o.TTL,
@@ -139,18 +140,23 @@ func (c *Client) startWatchdog(key, owner string, token int64, o ObtainOptions, 
 			return nil
 		},
 	}
-	if _, none := c.o.metrics.(noMetrics); !none {
-		m := c.o.metrics
-		cfg.OnRenew = func(err error) { m.Renewed(key, err) }
-		cfg.OnLost = func(cause error) { gh.leave(); m.Lost(key, cause) }
-	} else if gh != nil {
-		cfg.OnLost = func(error) { gh.leave() } // a lost hold lets the next in line try
-	}
+	cfg.Observer = h
 	wd, err := watchdog.Start(cfg)
 	if err != nil { // o was validated against MinTTL: this is a bug
 		panic(err)
 	}
 	return wd
+}
+
+// Renewed logs a renewal that failed and reports every renewal to the
+// metrics (watchdog.Observer).
+func (h *hold) Renewed(err error) { h.c.obs.Renewed(h.k.key, h.k.owner, h.token, err) }
+
+// Lost passes the hold's place in the local line on (a lost hold lets the
+// next in line try), and logs and reports the loss (watchdog.Observer).
+func (h *hold) Lost(cause error) {
+	h.gate.leave()
+	h.c.obs.Lost(h.k.key, h.k.owner, h.token, lostErr(cause))
 }
 
 // Release drops one level of the hold; the outermost release grants the
@@ -164,6 +170,14 @@ func (c *Client) startWatchdog(key, owner string, token int64, o ObtainOptions, 
 // renewal whatever the outcome): if no retry gets through, the lock expires
 // after its TTL.
 func (l *lease) Release(ctx context.Context) error {
+	err := l.release(ctx)
+	if l.c.o.metrics != nil {
+		l.c.obs.Released(l.key, err)
+	}
+	return err
+}
+
+func (l *lease) release(ctx context.Context) error {
 	c := l.c
 	c.mu.Lock()
 	busy := l.released || l.releasing
@@ -240,8 +254,8 @@ func (l *lease) end() bool {
 	if ended != nil {
 		ended.wd.Stop()
 		ended.gate.leave() // after the release: the next in line finds the lock free
-		if _, none := c.o.metrics.(noMetrics); !none {
-			c.o.metrics.Held(l.key, c.o.now().Sub(ended.since))
+		if c.o.metrics != nil {
+			c.obs.Held(l.key, c.o.now().Sub(ended.since))
 		}
 	}
 	return true

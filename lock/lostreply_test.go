@@ -219,8 +219,14 @@ func TestLostReplySimple(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release whose reply was lost and resent: %v, want nil", err)
 	}
-	if _, err := lock.NewSimple(shared.Client(t)).TryObtain(ctx, key); err != nil {
+	other := lock.NewSimple(shared.Client(t))
+	defer other.Close()
+	l2, err := other.TryObtain(ctx, key)
+	if err != nil {
 		t.Fatalf("TryObtain after the release: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -35,6 +36,8 @@ type clientOptions struct {
 	replicas      int
 	replicaWait   time.Duration
 	metrics       Metrics
+	metricsKey    func(key string) string
+	logger        *slog.Logger
 	now           func() time.Time
 }
 
@@ -44,7 +47,6 @@ func defaultClientOptions() clientOptions {
 		ttl:           DefaultTTL,
 		waiterTimeout: DefaultWaiterTimeout,
 		releaseWindow: DefaultReleaseWindow,
-		metrics:       noMetrics{},
 		now:           time.Now,
 	}
 }
@@ -108,16 +110,22 @@ func WithWaitReplicas(n int, timeout time.Duration) ClientOption {
 	return func(o *clientOptions) { o.replicas, o.replicaWait = n, timeout }
 }
 
-// WithMetrics sets the hooks that observe waits, holds, renewals and
-// losses. Default: none.
-func WithMetrics(m Metrics) ClientOption {
-	return func(o *clientOptions) {
-		if m == nil {
-			m = noMetrics{}
-		}
-		o.metrics = m
-	}
+// WithMetrics sets the hooks that observe waits, holds, renewals, losses
+// and releases. Default: none.
+func WithMetrics(m Metrics) ClientOption { return func(o *clientOptions) { o.metrics = m } }
+
+// WithMetricsKey sets the label the metrics hooks get for a lock's key
+// (for instance the part before the first ':'). Default: none, the hooks
+// get "": keys are unbounded, and a label per key would grow without end.
+func WithMetricsKey(fn func(key string) string) ClientOption {
+	return func(o *clientOptions) { o.metricsKey = fn }
 }
+
+// WithLogger sets where the client logs what happens in the background: a
+// renewal that failed or a lease lost (Warn; Info when Close ended it), a
+// clean-up that failed (Debug). Nothing is logged on the hot path. Default:
+// slog.Default(); a logger with slog.DiscardHandler logs nothing.
+func WithLogger(l *slog.Logger) ClientOption { return func(o *clientOptions) { o.logger = l } }
 
 // WithClock sets the clock used to time leases (the watchdog's expiry
 // estimate) and metrics. Default: time.Now.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -27,6 +28,7 @@ var _ Locker = (*Simple)(nil)
 type Simple struct {
 	rdb redis.UniversalClient
 	o   clientOptions
+	obs observe.Lock
 	err error
 
 	mu     sync.Mutex // protects leases and closed
@@ -35,9 +37,10 @@ type Simple struct {
 }
 
 // NewSimple returns a Simple lock on rdb, which it does not close. Options
-// that apply: WithPrefix, WithDefaultTTL, WithMetrics, WithClock. Like New
-// it never fails: an invalid argument makes every call
-// return an error wrapping ErrInvalid.
+// that apply: WithPrefix, WithDefaultTTL, WithMetrics, WithMetricsKey,
+// WithLogger, WithClock. Like New it returns a Simple even for invalid
+// arguments: Err reports them at once, and every call returns that error
+// (wrapping ErrInvalid).
 func NewSimple(rdb redis.UniversalClient, opts ...ClientOption) *Simple {
 	o := defaultClientOptions()
 	for _, opt := range opts {
@@ -46,12 +49,18 @@ func NewSimple(rdb redis.UniversalClient, opts ...ClientOption) *Simple {
 		}
 	}
 	s := &Simple{rdb: rdb, o: o, leases: map[*simpleLease]struct{}{}}
-	if rdb == nil {
-		s.err = fmt.Errorf("%w: nil redis client", ErrInvalid)
-	} else {
-		s.err = o.validate()
-	}
+	s.obs = observe.NewLock("coordkit/lock.Simple", o.logger, o.metrics, o.metricsKey, ErrClosed)
+	s.err = checkClient(rdb, &o)
 	return s
+}
+
+// Err returns the error NewSimple found in its arguments (wrapping
+// ErrInvalid), or nil: check it after NewSimple to fail at start-up.
+func (s *Simple) Err() error {
+	if s == nil {
+		return fmt.Errorf("%w: nil *lock.Simple", ErrInvalid)
+	}
+	return s.err
 }
 
 // simpleDelay is the default polling delay of attempt n.
@@ -83,7 +92,7 @@ func (s *Simple) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	}
 	begin := s.o.now()
 	l, err := s.obtainLoop(ctx, key, wait, o)
-	s.o.metrics.Waited(key, s.o.now().Sub(begin), err)
+	s.obs.Waited(key, s.o.now().Sub(begin), err)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +173,6 @@ type simpleLease struct {
 func (s *Simple) newLease(key, rkey, value string, token int64, o ObtainOptions, at time.Time) *simpleLease {
 	l := &simpleLease{s: s, key: key, rkey: rkey, value: value, token: token, since: at}
 	ttl := o.TTL.Milliseconds()
-	m := s.o.metrics
 	wd, err := watchdog.Start(watchdog.Config{
 		TTL:         o.TTL,
 		MaxHold:     o.MaxHold,
@@ -180,8 +188,7 @@ func (s *Simple) newLease(key, rkey, value string, token int64, o ObtainOptions,
 			}
 			return nil
 		},
-		OnRenew: func(err error) { m.Renewed(key, err) },
-		OnLost:  func(cause error) { m.Lost(key, cause) },
+		Observer: simpleEvents{l},
 	})
 	if err != nil { // o was validated against MinTTL: this is a bug
 		panic(err)
@@ -211,9 +218,24 @@ func (l *simpleLease) Err() error { return lostErr(l.wd.Err()) }
 // LeaseStatus), or the zero Time once it is lost.
 func (l *simpleLease) Until() time.Time { return l.wd.Until() }
 
+// simpleEvents logs and reports a lease's watchdog events (watchdog.Observer;
+// one pointer, so it costs no allocation).
+type simpleEvents struct{ l *simpleLease }
+
+func (e simpleEvents) Renewed(err error) { e.l.s.obs.Renewed(e.l.key, e.l.value, e.l.token, err) }
+func (e simpleEvents) Lost(cause error) {
+	e.l.s.obs.Lost(e.l.key, e.l.value, e.l.token, lostErr(cause))
+}
+
 // Release deletes the key if it still holds this lease's value; otherwise
 // (expired, taken over, released before) it returns ErrNotHeld.
 func (l *simpleLease) Release(ctx context.Context) error {
+	err := l.release(ctx)
+	l.s.obs.Released(l.key, err)
+	return err
+}
+
+func (l *simpleLease) release(ctx context.Context) error {
 	s := l.s
 	s.mu.Lock()
 	done := l.released
@@ -234,7 +256,7 @@ func (l *simpleLease) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	l.wd.Stop()
-	s.o.metrics.Held(l.key, s.o.now().Sub(l.since))
+	s.obs.Held(l.key, s.o.now().Sub(l.since))
 	if n == 0 {
 		return ErrNotHeld
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -38,7 +39,8 @@ type Client struct {
 	quorum  int
 	node    lock.Node
 	o       options
-	id      string // this client's id: its waiters are "<id>:<n>"
+	obs     observe.Lock // logger and metrics hooks
+	id      string       // this client's id: its waiters are "<id>:<n>"
 	quit    chan struct{}
 	stopSub context.CancelFunc // cancels the subscriptions' set-up
 	subCtx  context.Context    // the lifetime ctx of the subscriptions (background work)
@@ -137,6 +139,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		quorum:  n/2 + 1,
 		node:    node,
 		o:       o,
+		obs:     observe.NewLock("coordkit/redlock", o.logger, o.metrics, o.metricsKey, lock.ErrClosed),
 		id:      strings.ReplaceAll(uuid.NewString(), "-", ""),
 		quit:    make(chan struct{}),
 		stopSub: stop,

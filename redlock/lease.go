@@ -17,8 +17,10 @@ import (
 type holdKey struct{ key, owner string }
 
 type hold struct {
+	c      *Client
 	k      holdKey
-	levels int // protected by Client.mu
+	since  time.Time // when the acquisition was sent
+	levels int       // protected by Client.mu
 	token  int64
 	level  string // the id of the hold's level on the masters (lock.NodeRelease's Level)
 	ttl    time.Duration
@@ -49,8 +51,11 @@ func (l *lease) Owner() string { return l.h.k.owner }
 // error matching lock.ErrLockLost that wraps the cause (lock.ErrNotHeld
 // and watchdog.ErrNotHeld, watchdog.ErrExpired, watchdog.ErrMaxHold,
 // lock.ErrClosed). See lock.LeaseStatus.
-func (l *lease) Err() error {
-	switch err := l.h.wd.Err(); {
+func (l *lease) Err() error { return lostErr(l.h.wd.Err()) }
+
+// lostErr is a lease's Err for its watchdog's error.
+func lostErr(err error) error {
+	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, watchdog.ErrNotHeld) && !errors.Is(err, lock.ErrNotHeld):
@@ -98,8 +103,8 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 		pl.leave()
 		return &lease{c: c, h: old}
 	}
-	h := &hold{k: k, levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
-	h.wd = c.startWatchdog(key, owner, a.level, o, a.start, pl)
+	h := &hold{c: c, k: k, since: a.start, levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
+	h.wd = c.startWatchdog(h, o, a.start)
 	c.holds[k] = h
 	closed := c.closed
 	c.mu.Unlock()
@@ -117,13 +122,10 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 // lease's life as TTL − drift from the start of the last successful round
 // (the acquisition's for the first), so Lost closes before the masters'
 // holds can have expired.
-func (c *Client) startWatchdog(key, owner, level string, o lock.ObtainOptions, start time.Time, pl *place) *watchdog.Watchdog {
-	var onLost func(error)
-	if pl != nil {
-		onLost = func(error) { pl.leave() } // a lost hold lets the next in line try
-	}
+func (c *Client) startWatchdog(h *hold, o lock.ObtainOptions, start time.Time) *watchdog.Watchdog {
+	key, owner, level := h.k.key, h.k.owner, h.level
 	wd, err := watchdog.Start(watchdog.Config{
-		OnLost:      onLost,
+		Observer:    h,
 		TTL:         o.TTL - Drift(o.TTL),
 		Interval:    o.TTL / 3,
 		MaxHold:     o.MaxHold,
@@ -135,6 +137,17 @@ func (c *Client) startWatchdog(key, owner, level string, o lock.ObtainOptions, s
 		panic(err)
 	}
 	return wd
+}
+
+// Renewed logs a renewal round that failed and reports every round to the
+// metrics (watchdog.Observer).
+func (h *hold) Renewed(err error) { h.c.obs.Renewed(h.k.key, h.k.owner, h.token, err) }
+
+// Lost passes the hold's place in the local line on (a lost hold lets the
+// next in line try), and logs and reports the loss (watchdog.Observer).
+func (h *hold) Lost(cause error) {
+	h.place.leave()
+	h.c.obs.Lost(h.k.key, h.k.owner, h.token, lostErr(cause))
 }
 
 // renew extends owner's hold on every master. It returns nil with a quorum
@@ -196,6 +209,14 @@ func (c *Client) renew(ctx context.Context, key, owner, level string, ttl time.D
 // returns lock.ErrNotHeld. A release is not retried: masters it did not
 // reach free the lock after the TTL.
 func (l *lease) Release(ctx context.Context) error {
+	err := l.release(ctx)
+	if l.c.o.metrics != nil {
+		l.c.obs.Released(l.h.k.key, err)
+	}
+	return err
+}
+
+func (l *lease) release(ctx context.Context) error {
 	c, h := l.c, l.h
 	c.mu.Lock()
 	if l.released {
@@ -216,6 +237,9 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	h.wd.Stop()
+	if c.o.metrics != nil {
+		c.obs.Held(h.k.key, c.o.now().Sub(h.since))
+	}
 	if ctx.Err() == nil && h.wd.Err() == nil {
 		if lr := h.place.next(); lr != nil {
 			return c.handOff(ctx, h, lr)

@@ -63,6 +63,16 @@ func (c *Client) TryObtain(ctx context.Context, key string, opts ...lock.Option)
 }
 
 func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []lock.Option) (lock.Lease, error) {
+	if c.o.metrics == nil {
+		return c.obtainLease(ctx, key, wait, opts)
+	}
+	begin := c.o.now()
+	l, err := c.obtainLease(ctx, key, wait, opts)
+	c.obs.Waited(key, c.o.now().Sub(begin), err)
+	return l, err
+}
+
+func (c *Client) obtainLease(ctx context.Context, key string, wait bool, opts []lock.Option) (lock.Lease, error) {
 	o, err := c.resolve(key, opts)
 	if err != nil {
 		return nil, err

@@ -1,8 +1,11 @@
 package redlock
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"github.com/coordkit/coordkit/lock"
 )
 
 // Defaults of the client options.
@@ -61,6 +64,9 @@ type options struct {
 	inFlight      int
 	now           func() time.Time
 	randN         func(n int64) int64
+	metrics       lock.Metrics
+	metricsKey    func(key string) string
+	logger        *slog.Logger
 }
 
 func defaultOptions() options {
@@ -79,6 +85,24 @@ func defaultOptions() options {
 
 // slowTimeout bounds one master's release, renewal or leave.
 func (o *options) slowTimeout() time.Duration { return max(20*o.nodeTimeout, minSlowTimeout) }
+
+// WithMetrics sets the hooks that observe waits, holds, renewals, losses
+// and releases: lock.Metrics, the same hooks every coordkit lock takes.
+// Default: none.
+func WithMetrics(m lock.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithMetricsKey sets the label the metrics hooks get for a lock's key.
+// Default: none, the hooks get "" (see lock.Metrics).
+func WithMetricsKey(fn func(key string) string) Option {
+	return func(o *options) { o.metricsKey = fn }
+}
+
+// WithLogger sets where the client logs what happens in the background: a
+// renewal round without a quorum or a lease lost (Warn; Info when Close
+// ended it), a clean-up on a master that failed (Debug). Nothing is logged
+// on the hot path. Default: slog.Default() at New; a logger with
+// slog.DiscardHandler logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithDefaultTTL sets the TTL of leases obtained without lock.WithTTL.
 // Default: DefaultTTL (10 s).

@@ -45,6 +45,10 @@ type Config struct {
 	// (for metrics), before Lost closes. It must not block, nor call the
 	// Watchdog's methods.
 	OnLost func(cause error)
+	// Observer, if set, is told of each renewal and of the loss, after
+	// OnRenew and OnLost and under the same rules. A lease's own struct can
+	// implement it, so that observing costs no closure per lease.
+	Observer Observer
 	// LastRenewed is when the lease was last extended before Start (e.g.
 	// the start of the acquisition request). Default: Now() at Start.
 	LastRenewed time.Time
@@ -56,6 +60,12 @@ type Config struct {
 	FirstTTL time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+}
+
+// Observer receives a watchdog's events (see Config.Observer).
+type Observer interface {
+	Renewed(err error)
+	Lost(cause error)
 }
 
 // Watchdog renews one lease. Its methods are safe for concurrent use.
@@ -222,6 +232,9 @@ func (w *Watchdog) loseLocked(cause error) {
 		if w.cfg.OnLost != nil { // first: whoever Lost wakes sees its effects
 			w.cfg.OnLost(cause)
 		}
+		if w.cfg.Observer != nil {
+			w.cfg.Observer.Lost(cause)
+		}
 		close(w.lost)
 	}
 }
@@ -286,6 +299,9 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 			inflight = false
 			if cfg.OnRenew != nil {
 				cfg.OnRenew(r.err)
+			}
+			if cfg.Observer != nil {
+				cfg.Observer.Renewed(r.err)
 			}
 			switch {
 			case r.err == nil:

@@ -16,9 +16,10 @@ import (
 type created struct {
 	path, name, guid string
 	seq              int64
-	token            int64 // creation zxid
-	session          int64 // ephemeralOwner
-	children         int32 // the parent's children right after the create, -1 if unknown
+	token            int64     // creation zxid
+	session          int64     // ephemeralOwner
+	children         int32     // the parent's children right after the create, -1 if unknown
+	sent             time.Time // when the create was sent
 }
 
 // acquire creates a lock node for key and waits until it is first in line.
@@ -47,7 +48,7 @@ func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine *
 		}
 		if ok {
 			h := &hold{key: key, path: cr.path, name: cr.name, token: cr.token,
-				session: cr.session, lost: make(chan struct{})}
+				session: cr.session, since: cr.sent, lost: make(chan struct{})}
 			if anchored {
 				h.anchor = mine
 			}
@@ -81,7 +82,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 		switch {
 		case err == nil:
 			st := res[1].Stat
-			cr := created{path: res[0].String, guid: guid, token: st.Mzxid, session: sess, children: st.NumChildren}
+			cr := created{path: res[0].String, guid: guid, token: st.Mzxid, session: sess, children: st.NumChildren, sent: sent}
 			cr.name = cr.path[len(parent)+1:]
 			n, _ := parseNode(cr.name)
 			cr.seq = n.seq

@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"github.com/coordkit/coordkit/internal/observe"
 	"sync"
 	"time"
 
@@ -27,6 +28,8 @@ const abandonTimeout = time.Second
 // same keys.
 type Client struct {
 	conn    *zk.Conn
+	o       options
+	obs     observe.Lock // logger and metrics hooks
 	root    string
 	acl     []zk.ACL
 	timeout time.Duration // the session timeout T (WithSessionTimeout), 0 if unknown
@@ -50,6 +53,7 @@ type Client struct {
 	lastSent     time.Time // when the last request was sent
 	chainStart   time.Time // since when requests were sent at most T/6 apart
 	beating      int       // heartbeats in flight
+	doubted      bool      // the monitor found the session in doubt at its last look
 }
 
 // holdKey identifies what an owner holds: re-entry is by owner, key and side.
@@ -80,6 +84,8 @@ func New(conn *zk.Conn, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		conn:    conn,
+		o:       o,
+		obs:     observe.NewLock("coordkit/zklock", o.logger, o.metrics, o.metricsKey, ErrClosed),
 		root:    o.root,
 		acl:     o.acl,
 		stop:    make(chan struct{}),
@@ -165,6 +171,16 @@ func (l *RWLocker) TryObtain(ctx context.Context, key string, opts ...lock.Optio
 }
 
 func (c *Client) obtain(ctx context.Context, key string, k kind, block bool) (lock.Lease, error) {
+	if c.o.metrics == nil {
+		return c.obtainLease(ctx, key, k, block)
+	}
+	begin := time.Now()
+	l, err := c.obtainLease(ctx, key, k, block)
+	c.obs.Waited(key, time.Since(begin), err)
+	return l, err
+}
+
+func (c *Client) obtainLease(ctx context.Context, key string, k kind, block bool) (lock.Lease, error) {
 	esc, err := escapeKey(key)
 	if err != nil {
 		return nil, err

@@ -16,10 +16,11 @@ import (
 // re-entry share it.
 type hold struct {
 	key     string
-	path    string // the lock node
-	name    string // its last path element
-	token   int64  // its creation zxid
-	session int64  // the session that owns it (its ephemeralOwner)
+	path    string    // the lock node
+	name    string    // its last path element
+	token   int64     // its creation zxid
+	session int64     // the session that owns it (its ephemeralOwner)
+	since   time.Time // when its node's creation was sent
 	lost    chan struct{}
 
 	hk     holdKey // set before register, then read-only
@@ -90,10 +91,12 @@ func (l *Lease) Until() time.Time {
 // (connection loss, ctx ended) Release returns the error and keeps deleting
 // in the background until it succeeds or the session ends.
 func (l *Lease) Release(ctx context.Context) error {
-	if !l.released.CompareAndSwap(false, true) {
-		return lock.ErrNotHeld
+	err := lock.ErrNotHeld
+	if l.released.CompareAndSwap(false, true) {
+		err = l.c.release(ctx, l.h)
 	}
-	return l.c.release(ctx, l.h)
+	l.c.obs.Released(l.h.key, err)
+	return err
 }
 
 // release drops one level of h, deleting its node at the last one; a read
@@ -119,6 +122,9 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		delete(c.owned, h.hk)
 	}
 	c.mu.Unlock()
+	if c.o.metrics != nil {
+		c.obs.Held(h.key, time.Since(h.since))
+	}
 	err := c.deleteHeld(ctx, h)
 	if h.anchor != nil {
 		// After the reader's node: the writers queued behind the anchor
@@ -153,6 +159,11 @@ func (c *Client) loseLocked(h *hold, why error) {
 		return
 	}
 	h.isLost, h.why = true, why
+	owner := h.hk.owner // "" for a lease obtained without an owner in ctx: log its node
+	if owner == "" {
+		owner = h.name
+	}
+	c.obs.Lost(h.key, owner, h.token, fmt.Errorf("%w: %w", lock.ErrLockLost, why))
 	close(h.lost)
 	delete(c.live, h)
 	if h.owned && c.owned[h.hk] == h {

@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -50,6 +51,17 @@ func (c *Client) monitor() {
 		} else {
 			doubt = state != zk.StateHasSession
 		}
+		if doubt && !c.doubted && len(c.live) > 0 {
+			// The leases are about to be reported lost: say why first, once.
+			err := fmt.Errorf("zklock: no heartbeat answered in the session's window (connection %v)", state)
+			c.obs.Warn("renewal failed", "session", c.aliveSession, "state", state.String(), "err", err)
+			if m := c.obs.Metrics; m != nil {
+				for h := range c.live {
+					m.Renewed(c.obs.Key(h.key), err)
+				}
+			}
+		}
+		c.doubted = doubt
 		for h := range c.live {
 			if doubt || sid != h.session {
 				c.loseLocked(h, ErrSessionExpired)
@@ -97,6 +109,18 @@ func (c *Client) heartbeat(sid int64, sent time.Time) error {
 	_, err := c.conn.Sync(c.root)
 	if err == nil {
 		c.noteAlive(sid, sent)
+	}
+	if err != nil {
+		c.obs.Warn("renewal failed", "session", sid, "err", err)
+	}
+	if m := c.obs.Metrics; m != nil { // a heartbeat renews every lease of the session
+		c.mu.Lock()
+		for h := range c.live {
+			if h.session == sid {
+				m.Renewed(c.obs.Key(h.key), err)
+			}
+		}
+		c.mu.Unlock()
 	}
 	return err
 }

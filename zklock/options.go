@@ -1,9 +1,12 @@
 package zklock
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/coordkit/coordkit/lock"
 )
 
 // DefaultRoot is the parent of every key's znode unless WithRoot says otherwise.
@@ -16,6 +19,9 @@ type options struct {
 	root           string
 	acl            []zk.ACL
 	sessionTimeout time.Duration
+	metrics        lock.Metrics
+	metricsKey     func(key string) string
+	logger         *slog.Logger
 }
 
 func defaultOptions() options {
@@ -24,6 +30,25 @@ func defaultOptions() options {
 		acl:  zk.WorldACL(zk.PermAll),
 	}
 }
+
+// WithMetrics sets the hooks that observe waits, holds, heartbeats (as
+// renewals: each heartbeat of the session is a renewal of every lease
+// held, reported with WithSessionTimeout only), losses and releases:
+// lock.Metrics, the same hooks every coordkit lock takes. Default: none.
+func WithMetrics(m lock.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithMetricsKey sets the label the metrics hooks get for a lock's key.
+// Default: none, the hooks get "" (see lock.Metrics).
+func WithMetricsKey(fn func(key string) string) Option {
+	return func(o *options) { o.metricsKey = fn }
+}
+
+// WithLogger sets where the client logs what happens in the background: a
+// heartbeat that failed ("renewal failed"), a lease lost (Warn; Info when
+// Close ended it), a lock node deleted in the background after a failed
+// release (Debug). Nothing is logged on the hot path. Default:
+// slog.Default() at New; a logger with slog.DiscardHandler logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithRoot sets the path under which every key gets its parent znode.
 // Missing nodes of the path are created on demand (persistent). Default:
