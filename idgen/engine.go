@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/coordkit/coordkit/internal/observe"
 )
 
 // engine hands out (tick, sequence) pairs that strictly increase, from one
@@ -38,6 +40,8 @@ type engine struct {
 
 	lost <-chan struct{}
 	held func() bool // WithLeaseDeadline; nil: none
+
+	obs *observe.IDs // logger and metrics hooks
 
 	// ceiling is the first tick a borrow may not reach: for a generator built
 	// WithHighWater, the tick of the last mark stored (the mark it started
@@ -86,6 +90,7 @@ func newEngine(seqBits uint, seqMax uint64, tickNs, epochNs, maxTicks int64, o o
 		epochNs:  epochNs,
 		maxTicks: maxTicks,
 		now:      o.now,
+		obs:      observe.NewIDs("coordkit/idgen", o.logger, o.metrics),
 		borrow:   int64(o.borrow),
 		logical:  o.maxLead > 0,
 		maxLead:  int64(o.maxLead),
@@ -172,7 +177,7 @@ func (e *engine) logicalTime(t time.Time, ns int64) (int64, error) {
 	}
 	if l := off + el; l > ns {
 		if l-ns > e.maxLead {
-			return 0, &ClockBackwardsError{Behind: time.Duration(l - ns), Limit: time.Duration(e.maxLead)}
+			return 0, e.refuse(&ClockBackwardsError{Behind: time.Duration(l - ns), Limit: time.Duration(e.maxLead)})
 		}
 		ns = l
 	}
@@ -191,7 +196,18 @@ func (e *engine) ticks(ns int64) int64 {
 }
 
 func (e *engine) backwards(behind int64) error {
-	return &ClockBackwardsError{Behind: time.Duration(behind), Limit: time.Duration(e.limit)}
+	return e.refuse(&ClockBackwardsError{Behind: time.Duration(behind), Limit: time.Duration(e.limit)})
+}
+
+// refuse logs and reports a clock found behind, and returns err.
+func (e *engine) refuse(err *ClockBackwardsError) error {
+	if e.obs != nil {
+		e.obs.WarnEvery("clock behind the last ID beyond the tolerance", "behind", err.Behind, "limit", err.Limit)
+		if e.obs.Metrics != nil {
+			e.obs.Metrics.ClockBackwards(err.Behind, err)
+		}
+	}
+	return err
 }
 
 func (e *engine) isLost() bool {

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 )
 
@@ -22,6 +23,8 @@ type options struct {
 	lost       <-chan struct{}
 	held       func() bool // WithLeaseDeadline: false once the lease's local deadline passed
 	rand       io.Reader
+	metrics    Metrics
+	logger     *slog.Logger
 }
 
 // Bounds of the clock options: a generator never blocks a caller for longer
@@ -54,6 +57,16 @@ func newOptions(opts []Option) (options, error) {
 	}
 	return o, nil
 }
+
+// WithMetrics sets the hooks a Snowflake reports to: Issued per call and
+// ClockBackwards per refusal. Default: none.
+func WithMetrics(m Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithLogger sets where a Snowflake logs a clock found behind its last ID
+// beyond the tolerance (Warn, at most once a second: the caller gets the
+// error every time). Default: slog.Default() at construction; a logger with
+// slog.DiscardHandler logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithClock sets the clock a generator reads (Snowflake, Serial, NanoKeys,
 // ObjectIDGenerator). The default is time.Now, whose readings also carry Go's

@@ -76,6 +76,9 @@ func (s *Snowflake) Next() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if m := s.e.obs.Metrics; m != nil {
+		m.Issued("", 1)
+	}
 	return s.compose(hi), nil
 }
 
@@ -89,6 +92,9 @@ func (s *Snowflake) NextN(dst []int64) (int, error) {
 		hi, k, err := s.e.reserve(uint64(len(dst) - i))
 		if err != nil {
 			return i, err
+		}
+		if m := s.e.obs.Metrics; m != nil {
+			m.Issued("", int(k))
 		}
 		for st := hi - k + 1; st <= hi; st++ {
 			dst[i] = s.compose(st)

@@ -3,12 +3,12 @@ package zklock
 import (
 	"context"
 	"errors"
-	"github.com/coordkit/coordkit/internal/observe"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/lock"
 )
 

@@ -2,7 +2,10 @@ package redisid
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/coordkit/coordkit/idgen"
 )
 
 // Option configures Segments.
@@ -16,6 +19,8 @@ type options struct {
 	target       time.Duration
 	fetchTimeout time.Duration
 	now          func() time.Time
+	metrics      idgen.Metrics
+	logger       *slog.Logger
 }
 
 func defaultOptions() options {
@@ -48,6 +53,18 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 //
 // Deprecated: use WithPrefix, the name every coordkit client uses.
 func WithKeyPrefix(prefix string) Option { return WithPrefix(prefix) }
+
+// WithMetrics sets the hooks Segments reports to: Issued per Next,
+// SegmentFetched per reservation, SegmentWaited per Next that waited for
+// one (idgen.Metrics, the hooks every coordkit ID generator takes).
+// Default: none.
+func WithMetrics(m idgen.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithLogger sets where Segments logs what happens in the background: a
+// segment fetch that failed, a counter found behind the IDs already issued
+// (both Warn). Default: slog.Default() at NewSegments; a logger with
+// slog.DiscardHandler logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithStep sets the size of a tag's first segment. Default: 1000 (or the
 // lower bound, if WithStepBounds raises it above 1000).

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/observe"
 )
 
 // Segments hands out IDs for any number of tags from segments reserved in
@@ -20,6 +22,7 @@ import (
 type Segments struct {
 	rdb redis.UniversalClient
 	o   options
+	obs *observe.IDs
 
 	// gens is a copy-on-write map tag → *Segment, read without a lock on the
 	// hot path of Next; writers hold mu.
@@ -44,7 +47,7 @@ func NewSegments(rdb redis.UniversalClient, opts ...Option) (*Segments, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	s := &Segments{rdb: rdb, o: o}
+	s := &Segments{rdb: rdb, o: o, obs: observe.NewIDs("coordkit/redisid", o.logger, o.metrics)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	empty := map[string]*Segment{}
 	s.gens.Store(&empty)
@@ -214,6 +217,9 @@ func (g *Segment) Next(ctx context.Context) (int64, error) {
 		if s != nil {
 			n := s.taken.Add(1)
 			if n <= s.size {
+				if m := g.reg.obs.Metrics; m != nil {
+					m.Issued(g.tag, 1)
+				}
 				if n == s.trigger {
 					g.prefetch()
 				} else if n&nudgeMask == 0 && n > s.trigger && g.pending.Load() {
@@ -262,10 +268,17 @@ func (g *Segment) advance(ctx context.Context, seen *segment) error {
 		}
 		g.waits.Add(1)
 		g.mu.Unlock()
+		var begin time.Time
+		if g.reg.obs.Metrics != nil {
+			begin = time.Now()
+		}
 		select {
 		case <-f.done:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		if m := g.reg.obs.Metrics; m != nil {
+			m.SegmentWaited(g.tag, time.Since(begin))
 		}
 		if f.err != nil {
 			return f.err
@@ -283,7 +296,14 @@ func (g *Segment) startFlight() *flight {
 	}
 	step, floor := g.step, g.high
 	started := g.reg.spawn(func(ctx context.Context) {
+		begin := time.Now()
 		first, err := g.fetch(ctx, step, floor)
+		if m := g.reg.obs.Metrics; m != nil {
+			m.SegmentFetched(g.tag, step, time.Since(begin), err)
+		}
+		if err != nil && ctx.Err() == nil {
+			g.reg.obs.Warn("segment fetch failed", "tag", g.tag, "step", step, "err", err)
+		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if err == nil {
@@ -338,6 +358,8 @@ func (g *Segment) fetch(ctx context.Context, step, floor int64) (first int64, er
 	}
 	if end-step < floor { // the range's first ID is at or below floor
 		g.rollbacks.Add(1)
+		g.reg.obs.Warn("counter behind the IDs this process issued (Redis lost data?): raising it",
+			"tag", g.tag, "key", g.key, "counter", end, "floor", floor)
 		if end, err = raise(ctx, g.reg.rdb, g.key, floor, step); err != nil {
 			return 0, fmt.Errorf("redisid: raise counter of %q: %w", g.tag, err)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/watchdog"
 )
 
 // Lease is a worker ID held by this process until Release or loss. Its
@@ -29,6 +31,31 @@ type Lease struct {
 	released bool
 	stop     chan struct{} // closes the checkpoint loop; nil until the generator
 	wg       sync.WaitGroup
+}
+
+// leaseEvents logs and reports a lease's keeper events (watchdog.Observer).
+type leaseEvents struct {
+	obs     *observe.IDs
+	service string
+	id      int64
+}
+
+// Renewed logs a renewal or heartbeat that failed without losing the lease.
+func (e *leaseEvents) Renewed(err error) {
+	if err != nil && !errors.Is(err, watchdog.ErrNotHeld) {
+		e.obs.Warn("worker lease renewal failed", "service", e.service, "worker", e.id, "err", err)
+	}
+}
+
+// Lost logs and reports a lease lost; a release is not a loss.
+func (e *leaseEvents) Lost(cause error) {
+	if errors.Is(cause, ErrReleased) {
+		return
+	}
+	e.obs.Error("worker lease lost: its generators have stopped", "service", e.service, "worker", e.id, "cause", cause)
+	if m := e.obs.Metrics; m != nil {
+		m.LeaseLost(e.service, e.id, cause)
+	}
 }
 
 // Service returns the service name the ID was leased for.

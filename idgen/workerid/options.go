@@ -2,10 +2,13 @@ package workerid
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/coordkit/coordkit/idgen"
 )
 
 // Option configures a RedisLeaser or a ZKLeaser.
@@ -22,6 +25,9 @@ type options struct {
 	now        func() time.Time
 
 	sessionTimeout time.Duration // ZooKeeper only
+
+	metrics idgen.Metrics
+	logger  *slog.Logger
 }
 
 func defaults() options {
@@ -57,6 +63,18 @@ func (o *options) validate() error {
 	}
 	return nil
 }
+
+// WithMetrics sets the hooks the leaser reports to: LeaseLost when a lease
+// is lost, not released (idgen.Metrics, the hooks every coordkit ID
+// generator takes). Default: none.
+func WithMetrics(m idgen.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithLogger sets where the leaser logs what happens in the background: a
+// renewal (Redis) or heartbeat (ZooKeeper) that failed (Warn), a lease lost
+// and its generators stopped (Error), with the service and worker ID.
+// Default: slog.Default() at construction; a logger with
+// slog.DiscardHandler logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithMax sets the highest worker ID that may be leased; IDs are taken from
 // [0, max], lowest free first. It must fit the Snowflake layout the lease is

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -22,6 +23,7 @@ import (
 type RedisLeaser struct {
 	rdb  redis.UniversalClient
 	opts options
+	obs  *observe.IDs
 }
 
 // NewRedis returns a leaser over rdb (a single node, Sentinel or Cluster
@@ -38,7 +40,7 @@ func NewRedis(rdb redis.UniversalClient, opts ...Option) (*RedisLeaser, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	return &RedisLeaser{rdb: rdb, opts: o}, nil
+	return &RedisLeaser{rdb: rdb, opts: o, obs: observe.NewIDs("coordkit/workerid", o.logger, o.metrics)}, nil
 }
 
 // Holder describes who holds a worker ID.
@@ -126,6 +128,7 @@ func (r *RedisLeaser) Lease(ctx context.Context, service string) (*Lease, error)
 func (r *RedisLeaser) keep(service string, id int64, key, record string, sent time.Time) (*Lease, error) {
 	ttl := r.opts.ttl
 	wd, err := watchdog.Start(watchdog.Config{
+		Observer:    &leaseEvents{obs: r.obs, service: service, id: id},
 		TTL:         ttl - ttl/10,
 		Interval:    ttl / 3,
 		LastRenewed: sent,

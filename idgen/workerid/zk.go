@@ -16,6 +16,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/watchdog"
 	"github.com/coordkit/coordkit/zklock"
 )
@@ -71,6 +72,7 @@ import (
 // session.
 type ZKLeaser struct {
 	conn           *zk.Conn
+	obs            *observe.IDs
 	locks          *zklock.Client
 	sessionTimeout time.Duration
 	opts           options
@@ -111,11 +113,12 @@ func NewZK(conn *zk.Conn, opts ...Option) (*ZKLeaser, error) {
 	if o.sessionTimeout < 100*time.Millisecond {
 		return nil, fmt.Errorf("%w: session timeout %v below 100ms", ErrInvalid, o.sessionTimeout)
 	}
-	locks, err := zklock.New(conn, zklock.WithACL(o.acl))
+	locks, err := zklock.New(conn, zklock.WithACL(o.acl), zklock.WithLogger(o.logger))
 	if err != nil {
 		return nil, err
 	}
 	return &ZKLeaser{conn: conn, locks: locks, sessionTimeout: o.sessionTimeout, opts: o,
+		obs:  observe.NewIDs("coordkit/workerid", o.logger, o.metrics),
 		stop: make(chan struct{})}, nil
 }
 
@@ -298,7 +301,7 @@ func (z *ZKLeaser) reap(p string) {
 // keep starts the heartbeat of a freshly created (or adopted) node, whose
 // create (or sync) was sent at sent.
 func (z *ZKLeaser) keep(service string, id int64, p string, sent time.Time) (*Lease, error) {
-	k := startKeeper(z.conn, p, z.conn.SessionID(), z.sessionTimeout, sent)
+	k := startKeeper(z.conn, p, z.conn.SessionID(), z.sessionTimeout, sent, &leaseEvents{obs: z.obs, service: service, id: id})
 	session := k.session
 	return &Lease{
 		service:    service,
@@ -345,6 +348,7 @@ type zkKeeper struct {
 	session int64         // the node's ephemeralOwner
 	timeout time.Duration // T
 	tick    time.Duration // how often the loop looks at the window
+	ev      watchdog.Observer
 	lost    chan struct{}
 	stop    chan struct{} // closed by Lose
 	done    chan struct{} // closed when the loop has returned
@@ -362,9 +366,9 @@ type zkKeeper struct {
 
 // startKeeper keeps path, created (or found) by a request sent at sent in
 // session, with the session timeout T.
-func startKeeper(conn *zk.Conn, path string, session int64, T time.Duration, sent time.Time) *zkKeeper {
+func startKeeper(conn *zk.Conn, path string, session int64, T time.Duration, sent time.Time, ev watchdog.Observer) *zkKeeper {
 	k := &zkKeeper{
-		conn: conn, path: path, session: session, timeout: T,
+		conn: conn, path: path, session: session, timeout: T, ev: ev,
 		tick: min(max(T/30, 5*time.Millisecond), 100*time.Millisecond),
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		base: time.Now(),
@@ -400,6 +404,9 @@ func (k *zkKeeper) lose(cause error) {
 	defer k.mu.Unlock()
 	if k.err == nil {
 		k.err = cause
+		if k.ev != nil {
+			k.ev.Lost(cause)
+		}
 		close(k.lost)
 	}
 }
@@ -468,6 +475,9 @@ func (k *zkKeeper) run() {
 			return
 		case r := <-res:
 			inflight--
+			if k.ev != nil {
+				k.ev.Renewed(r.err)
+			}
 			switch {
 			case r.err == nil:
 				k.noteAlive(r.sent)

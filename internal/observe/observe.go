@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordkit/coordkit/watchdog"
@@ -123,5 +124,57 @@ func (o *Lock) Info(msg string, args ...any) {
 func (o *Lock) Warn(msg string, args ...any) {
 	if o.Log != nil {
 		o.Log.Warn(msg, args...)
+	}
+}
+
+// IDMetrics is the method set of idgen.Metrics that this package calls.
+type IDMetrics interface {
+	Issued(tag string, n int)
+	ClockBackwards(behind time.Duration, err error)
+	SegmentFetched(tag string, size int64, took time.Duration, err error)
+	SegmentWaited(tag string, wait time.Duration)
+	LeaseLost(service string, worker int64, cause error)
+}
+
+// IDs reports an ID generator's or worker leaser's events. The zero IDs
+// reports nothing.
+type IDs struct {
+	Log     *slog.Logger // nil: log nothing
+	Metrics IDMetrics    // nil: no hooks
+
+	lastWarn atomic.Int64 // Unix ns of the last rate-limited Warn
+}
+
+// NewIDs returns the IDs of a generator's options: logger nil means
+// slog.Default(); every record carries component.
+func NewIDs(component string, logger *slog.Logger, m IDMetrics) *IDs {
+	return &IDs{Log: newLogger(component, logger), Metrics: m}
+}
+
+// WarnEvery logs at Warn, at most once per second: for failures that
+// callers also see as errors, so that a burst of them costs one line.
+func (o *IDs) WarnEvery(msg string, args ...any) {
+	if o == nil || o.Log == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := o.lastWarn.Load()
+	if now-last < int64(time.Second) || !o.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	o.Log.Warn(msg, args...)
+}
+
+// Warn logs a background failure.
+func (o *IDs) Warn(msg string, args ...any) {
+	if o != nil && o.Log != nil {
+		o.Log.Warn(msg, args...)
+	}
+}
+
+// Error logs a failure that stops a generator (a worker lease lost).
+func (o *IDs) Error(msg string, args ...any) {
+	if o != nil && o.Log != nil {
+		o.Log.Error(msg, args...)
 	}
 }
