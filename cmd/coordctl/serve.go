@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/idgen"
@@ -122,17 +120,12 @@ type serverConfig struct {
 
 // server is the HTTP ID service.
 type server struct {
-	rdb      redis.UniversalClient
-	segs     *redisid.Segments
-	lease    *workerid.Lease
-	sf       *idgen.Snowflake
-	closers  []func()
-	reg      *prometheus.Registry
-	issued   *prometheus.CounterVec
-	failures *prometheus.CounterVec
-	refills  prometheus.CounterFunc
-	// the issued counters of each kind, looked up once
-	issuedSegment, issuedSnowflake prometheus.Counter
+	rdb     redis.UniversalClient
+	segs    *redisid.Segments
+	lease   *workerid.Lease
+	sf      *idgen.Snowflake
+	closers []func()
+	m       serveMetrics
 
 	mu   sync.RWMutex // protects tags
 	tags map[string]*redisid.Segment
@@ -188,31 +181,6 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 		return nil, err
 	}
 
-	s.reg = prometheus.NewRegistry()
-	s.issued = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "coordctl_ids_issued_total", Help: "IDs issued, by kind (segment, snowflake).",
-	}, []string{"kind"})
-	s.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "coordctl_errors_total", Help: "Requests that failed, by reason (bad_request, unavailable).",
-	}, []string{"reason"})
-	s.refills = prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "coordctl_segment_refills_total", Help: "Segments reserved in Redis, all tags.",
-	}, s.fetches)
-	lease := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "coordctl_lease_held", Help: "1 while the Snowflake worker lease is held, 0 once lost.",
-	}, func() float64 {
-		if s.lease.Err() != nil {
-			return 0
-		}
-		return 1
-	})
-	worker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "coordctl_worker_id", Help: "The leased Snowflake worker ID.",
-	}, func() float64 { return float64(s.lease.ID()) })
-	s.issuedSegment = s.issued.WithLabelValues("segment")
-	s.issuedSnowflake = s.issued.WithLabelValues("snowflake")
-	s.reg.MustRegister(s.issued, s.failures, s.refills, lease, worker,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	ok = true
 	return s, nil
 }
@@ -267,7 +235,7 @@ func (s *server) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /snowflake", s.snowflake)
 	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /metrics", s.writeMetrics)
 	return mux
 }
 
@@ -294,7 +262,7 @@ func (s *server) ids(w http.ResponseWriter, r *http.Request, n int, batch bool) 
 			return
 		}
 	}
-	s.issuedSegment.Add(float64(n))
+	s.m.issuedSegment.Add(int64(n))
 	writeIDs(w, r, ids, batch)
 }
 
@@ -304,7 +272,7 @@ func (s *server) snowflake(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	s.issuedSnowflake.Inc()
+	s.m.issuedSnowflake.Add(1)
 	writeIDs(w, r, []int64{id}, false)
 }
 
@@ -326,11 +294,11 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) fail(w http.ResponseWriter, code int, msg string) {
-	reason := "unavailable"
 	if code == http.StatusBadRequest {
-		reason = "bad_request"
+		s.m.badRequest.Add(1)
+	} else {
+		s.m.unavailable.Add(1)
 	}
-	s.failures.WithLabelValues(reason).Inc()
 	http.Error(w, msg, code)
 }
 
