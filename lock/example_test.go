@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/lock"
 )
 
 func ExampleDo() {
-	rdb := shared.NewClient() // any redis.UniversalClient
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // any redis.UniversalClient
 	defer rdb.Close()
 	locker := lock.New(rdb)
 	defer locker.Close()
@@ -29,7 +35,7 @@ func ExampleDo() {
 }
 
 func ExampleClient_Obtain() {
-	rdb := shared.NewClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	locker := lock.New(rdb)
 	defer locker.Close()
@@ -54,7 +60,7 @@ func ExampleClient_Obtain() {
 }
 
 func ExampleWithOwner() {
-	rdb := shared.NewClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	locker := lock.New(rdb)
 	defer locker.Close()
@@ -79,7 +85,7 @@ func ExampleWithOwner() {
 }
 
 func ExampleUpdate() {
-	rdb := shared.NewClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	ctx := context.Background()
 	rdb.Set(ctx, "example:stock", "10", 0)
@@ -98,7 +104,7 @@ func ExampleUpdate() {
 }
 
 func ExampleNewSimple() {
-	rdb := shared.NewClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	locker := lock.NewSimple(rdb) // SET NX PX + compare-and-delete
 	defer locker.Close()
@@ -111,4 +117,141 @@ func ExampleNewSimple() {
 	// Output:
 	// held
 	// err: <nil>
+}
+
+// A fencing token orders the holders of a lock: the protected resource
+// remembers the largest token it accepted and refuses writes with a smaller
+// one, so a holder that lost the lock (paused past its TTL, cut off) cannot
+// overwrite what the next holder wrote.
+func ExampleLease_Token() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+	ctx := context.Background()
+
+	// The resource: accepts a write only with a token above the last one.
+	var last int64
+	write := func(token int64) error {
+		if token <= last {
+			return fmt.Errorf("stale token %d (last %d)", token, last)
+		}
+		last = token
+		return nil
+	}
+
+	first, _ := locker.Obtain(ctx, "example:fenced")
+	firstToken := first.Token()
+	first.Release(ctx)
+	second, _ := locker.Obtain(ctx, "example:fenced")
+	defer second.Release(ctx)
+
+	fmt.Println("second holder writes:", write(second.Token()))
+	fmt.Println("first holder, too late:", write(firstToken) != nil)
+	// Output:
+	// second holder writes: <nil>
+	// first holder, too late: true
+}
+
+// WithFair serves waiters in the order they queued, across processes:
+// a releasing holder grants the lock to the first live waiter in Redis.
+func ExampleWithFair() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locker := lock.New(rdb, lock.WithFair())
+	defer locker.Close()
+	ctx := context.Background()
+
+	holder, _ := locker.Obtain(ctx, "example:fair")
+	order := make(chan int, 3)
+	for i := 1; i <= 3; i++ {
+		go func() {
+			l, err := locker.Obtain(ctx, "example:fair")
+			if err != nil {
+				return
+			}
+			order <- i
+			l.Release(ctx)
+		}()
+		time.Sleep(50 * time.Millisecond) // let waiter i queue before i+1
+	}
+	holder.Release(ctx)
+	fmt.Println(<-order, <-order, <-order)
+	// Output: 1 2 3
+}
+
+// WithMaxHold bounds how long the watchdog keeps a lease alive: past it the
+// lease expires (Lost closes, Do's ctx is cancelled), so a stuck critical
+// section cannot hold a lock for ever.
+func ExampleWithMaxHold() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	err := lock.Do(context.Background(), locker, "example:maxhold", func(ctx context.Context) error {
+		<-ctx.Done() // a section that never ends on its own
+		return ctx.Err()
+	}, lock.WithTTL(100*time.Millisecond), lock.WithMaxHold(200*time.Millisecond))
+	fmt.Println("lost:", errors.Is(err, lock.ErrLockLost))
+	fmt.Println("max hold reached:", strings.Contains(err.Error(), "maximum hold time"))
+	// Output:
+	// lost: true
+	// max hold reached: true
+}
+
+// lockCounts counts obtained and lost leases; embedding lock.NopMetrics
+// leaves the other hooks empty (and keeps it compiling when hooks are
+// added).
+type lockCounts struct {
+	lock.NopMetrics
+	obtained, lost atomic.Int64
+}
+
+func (m *lockCounts) Waited(_ string, _ time.Duration, err error) {
+	if err == nil {
+		m.obtained.Add(1)
+	}
+}
+func (m *lockCounts) Lost(string, error) { m.lost.Add(1) }
+
+func ExampleWithMetrics() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	m := &lockCounts{}
+	locker := lock.New(rdb, lock.WithMetrics(m))
+	defer locker.Close()
+	ctx := context.Background()
+
+	for range 3 {
+		l, _ := locker.Obtain(ctx, "example:metrics")
+		l.Release(ctx)
+	}
+	fmt.Println("obtained:", m.obtained.Load(), "lost:", m.lost.Load())
+	// Output: obtained: 3 lost: 0
+}
+
+// WithLogger routes what the client does in the background (a renewal that
+// failed, a lease lost) to a logger of the program's; nothing is logged on
+// the hot path.
+func ExampleWithLogger() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == "owner" || a.Key == "token" {
+				return slog.Attr{} // left out so that the output below is stable
+			}
+			return a
+		},
+	}))
+	locker := lock.New(rdb, lock.WithLogger(logger))
+	defer locker.Close()
+	ctx := context.Background()
+
+	l, _ := locker.Obtain(ctx, "example:logger", lock.WithTTL(60*time.Millisecond))
+	locker.ForceRelease(ctx, "example:logger") // as an operator would
+	<-l.Lost()
+	// Output:
+	// level=WARN msg="lease lost" component=coordkit/lock key=example:logger cause="lock: lease lost: lock: not held: watchdog: lease not held"
 }

@@ -32,6 +32,9 @@ func (r serverRun) Run() int {
 		return 1
 	}
 	defer shared.Close()
+	// The examples connect as a user's program would, to an address from
+	// its environment.
+	os.Setenv("REDIS_ADDR", shared.Addr())
 	return r.m.Run()
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,8 +18,8 @@ func ExampleNew() {
 	// is recommended: a silent master's connection is then freed at the
 	// node timeout; the rounds enforce the timeout either way.)
 	var clients []*redis.Client
-	for _, s := range shared {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	for _, addr := range strings.Split(os.Getenv("REDLOCK_ADDRS"), ",") {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		defer rdb.Close()
 		clients = append(clients, rdb)
 	}
@@ -43,8 +45,8 @@ func ExampleNew() {
 
 func ExampleClient_TryObtain() {
 	var masters []redis.UniversalClient
-	for _, s := range shared[:3] {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	for _, addr := range strings.Split(os.Getenv("REDLOCK_ADDRS"), ",")[:3] {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		masters = append(masters, rdb)
 	}

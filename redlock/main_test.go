@@ -35,6 +35,9 @@ func (r serverRun) Run() int {
 			s.Close()
 		}
 	}()
+	// The examples connect as a user's program would, to addresses from its
+	// environment.
+	os.Setenv("REDLOCK_ADDRS", strings.Join(addrsOf(shared), ","))
 	return r.m.Run()
 }
 

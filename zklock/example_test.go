@@ -3,6 +3,8 @@ package zklock_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -12,7 +14,7 @@ import (
 )
 
 func ExampleClient_Obtain() {
-	conn, _, err := zk.Connect(server.Servers(), 10*time.Second, zk.WithLogInfo(false))
+	conn, _, err := zk.Connect(strings.Split(os.Getenv("ZK_SERVERS"), ","), 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -44,7 +46,7 @@ func ExampleClient_Obtain() {
 }
 
 func ExampleClient_Read() {
-	conn, _, err := zk.Connect(server.Servers(), 10*time.Second, zk.WithLogInfo(false))
+	conn, _, err := zk.Connect(strings.Split(os.Getenv("ZK_SERVERS"), ","), 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	server = z
+	// The examples connect as a user's program would, to servers from its
+	// environment.
+	os.Setenv("ZK_SERVERS", strings.Join(z.Servers(), ","))
 	code := m.Run()
 	z.Close()
 	if code == 0 {

@@ -3,22 +3,19 @@ package redisid_test
 import (
 	"context"
 	"fmt"
+	"os"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/idgen/redisid"
-	"github.com/redis/go-redis/v9"
 )
-
-// exampleClient connects to the server TestMain started and empties it.
-func exampleClient() redis.UniversalClient {
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
-	rdb.FlushAll(context.Background())
-	return rdb
-}
 
 func ExampleSegments() {
 	ctx := context.Background()
-	rdb := exampleClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
+
+	defer rdb.Del(ctx, redisid.DefaultPrefix+"order", redisid.DefaultPrefix+"user") // leaves Redis as it was
 
 	segs, err := redisid.NewSegments(rdb) // one client for every tag
 	if err != nil {
@@ -38,8 +35,10 @@ func ExampleSegments() {
 
 func ExampleHash() {
 	ctx := context.Background()
-	rdb := exampleClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
+
+	defer rdb.Del(ctx, "user_table_key") // leaves Redis as it was
 
 	// As created by hand: HSET user_table_key offset 1 step 5 current 1 start 0
 	if _, err := redisid.CreateHash(ctx, rdb, "user_table_key", 1, 5); err != nil {
@@ -56,8 +55,10 @@ func ExampleHash() {
 
 func ExampleCounter_NextN() {
 	ctx := context.Background()
-	rdb := exampleClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
+
+	defer rdb.Del(ctx, "invoice") // leaves Redis as it was
 
 	c, _ := redisid.NewCounter(rdb, "invoice")
 	id, _ := c.Next(ctx)
@@ -83,8 +84,10 @@ func ExampleParse() {
 
 func ExampleTime() {
 	ctx := context.Background()
-	rdb := exampleClient()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
+
+	defer rdb.Del(ctx, redisid.DefaultTimePrefix+"{order}:seq", redisid.DefaultTimePrefix+"{order}:last")
 
 	// One node here; pass every node of the deployment in the same order
 	// in every client.

@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shared = r
+	// The examples connect as a user's program would, to an address from
+	// its environment.
+	os.Setenv("REDIS_ADDR", r.Addr())
 	code := m.Run()
 	r.Close()
 	if code == 0 {

@@ -3,6 +3,7 @@ package workerid_test
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -22,7 +23,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The examples connect as a user's program would, to servers from its
+	// environment: a Redis of their own, and the package's ZooKeeper.
+	examples, err := testserver.NewRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", examples.Addr())
+	os.Setenv("ZK_SERVERS", strings.Join(zkServer.Servers(), ","))
 	code := m.Run()
+	examples.Close()
 	zkServer.Close()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
