@@ -100,6 +100,27 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
+// Holder returns the owner holding key and its hold's fencing token, or ""
+// and 0 when key is free (one round trip, read-only). The owner is the one
+// of lock.WithOwner, or the random one a call without it got. redlock and
+// zklock clients have the same method; package election reads the leader
+// through it.
+func (c *Client) Holder(ctx context.Context, key string) (owner string, token int64, err error) {
+	info, err := c.Inspect(ctx, key)
+	if err != nil {
+		return "", 0, err
+	}
+	for o := range info.Owners {
+		if owner == "" || o < owner { // one owner unless the key was written by hand
+			owner = o
+		}
+	}
+	if owner == "" {
+		return "", 0, nil
+	}
+	return owner, info.HoldToken, nil
+}
+
 // ForceRelease deletes key's lock whoever holds it and passes it to the
 // next waiter; the fencing counter is kept, so the next holder's token is still
 // larger. The former holder's watchdog finds the lock gone at its next

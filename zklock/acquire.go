@@ -26,9 +26,9 @@ type created struct {
 // A node lost with its session while waiting is replaced by a new attempt.
 // mine is the owner's exclusive hold on key when k is a read (nil
 // otherwise); a read it backs is granted at once (see await).
-func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine *hold, block bool) (*hold, error) {
+func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine *hold, block bool, owner string) (*hold, error) {
 	for {
-		cr, err := c.create(ctx, parent, k)
+		cr, err := c.create(ctx, parent, k, owner)
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +65,7 @@ func (c *Client) acquire(ctx context.Context, key, parent string, k kind, mine *
 // with the connection, the node is looked for by its UUID before trying
 // again with the same UUID; if ctx ends meanwhile, the Client keeps looking
 // in the background and deletes what it finds.
-func (c *Client) create(ctx context.Context, parent string, k kind) (created, error) {
+func (c *Client) create(ctx context.Context, parent string, k kind, owner string) (created, error) {
 	guid := uuid.NewString()
 	prefix := parent + "/" + protectedPrefix + guid + "-" + string(k) + "-"
 	var b backoff
@@ -75,7 +75,7 @@ func (c *Client) create(ctx context.Context, parent string, k kind) (created, er
 		var res []zk.MultiResponse
 		err := c.callCreate(ctx, parent, guid, &res, func() (err error) {
 			res, err = c.conn.Multi(
-				&zk.CreateRequest{Path: prefix, Acl: c.acl, Flags: zk.FlagEphemeralSequential},
+				&zk.CreateRequest{Path: prefix, Data: []byte(owner), Acl: c.acl, Flags: zk.FlagEphemeralSequential},
 				&zk.SetDataRequest{Path: parent, Version: -1})
 			return err
 		})

@@ -231,7 +231,7 @@ func (c *Client) obtainLease(ctx context.Context, key string, k kind, block bool
 		}()
 		break
 	}
-	h, err := c.acquire(ctx, key, parent, k, mine, block)
+	h, err := c.acquire(ctx, key, parent, k, mine, block, owner)
 	if err != nil {
 		return nil, err
 	}

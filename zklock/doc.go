@@ -12,7 +12,9 @@
 //
 //	<root>/<escaped key>/_c_<uuid>-<kind>-<sequence>
 //
-// where kind is "lock" (Client.Obtain), "write" or "read". The create is one
+// where kind is "lock" (Client.Obtain), "write" or "read", and whose data is
+// the owner the Obtain's ctx carried (lock.WithOwner; empty without one),
+// which Holder reads. The create is one
 // round trip: a multi of the create and an empty setData on the parent, the
 // setData's Stat giving the transaction's zxid (which is the new node's
 // czxid) and the parent's number of children right after the create. When

@@ -197,6 +197,7 @@ func TestContract(t *testing.T) {
 		{"status while held", checkStatus},
 		{"loss reason", checkLossReason},
 		{"close", checkClose},
+		{"holder", checkHolder},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -386,5 +387,44 @@ func checkClose(t *testing.T, b backend) {
 		if !errors.Is(err, lock.ErrClosed) {
 			t.Errorf("after Close (try=%v): %v, want lock.ErrClosed", try, err)
 		}
+	}
+}
+
+// holderOf is the Holder method of lock.Client, redlock.Client and
+// zklock.Client (not lock.Simple, whose key holds a random value).
+type holderOf interface {
+	Holder(ctx context.Context, key string) (owner string, token int64, err error)
+}
+
+func checkHolder(t *testing.T, b backend) {
+	ctx := ctxFor(t, 10*time.Second)
+	c := b.open(t)
+	h, ok := c.(holderOf)
+	if !ok {
+		if b.name != "lock.Simple" {
+			t.Fatalf("%s has no Holder method", b.name)
+		}
+		return
+	}
+	key := newKey(t)
+	if owner, token, err := h.Holder(ctx, key); err != nil || owner != "" || token != 0 {
+		t.Fatalf("Holder of a free key = %q, %d, %v", owner, token, err)
+	}
+	l, err := b.open(t).Obtain(lock.WithOwner(ctx, "alice"), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, token, err := h.Holder(ctx, key)
+	if err != nil || owner != "alice" || token != l.Token() {
+		t.Fatalf("Holder while alice holds = %q, %d, %v; want alice, %d", owner, token, err, l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if owner, _, err := h.Holder(ctx, key); err != nil || owner != "" {
+		t.Fatalf("Holder after the release = %q, %v", owner, err)
+	}
+	if _, _, err := h.Holder(ctx, ""); !errors.Is(err, lock.ErrInvalid) {
+		t.Fatalf("Holder of an empty key: %v, want lock.ErrInvalid", err)
 	}
 }

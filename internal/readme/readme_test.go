@@ -27,6 +27,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/election"
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/idgen/redisid"
 	"github.com/coordkit/coordkit/idgen/workerid"
@@ -43,12 +44,17 @@ var (
 	_ = idgen.LayoutTwitter
 	_ = redisid.NewSegments
 	_ = workerid.NewZK
+	_ = election.New
 	_ = lock.Do
 	_ = redlock.New
 	_ = zklock.New
 )
 
 func withdraw(ctx context.Context, user string, amount int) error { return nil }
+
+func sendReport(ctx context.Context, token int64) error { return nil }
+
+var locker lock.Locker
 
 func main() {}
 `

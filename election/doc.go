@@ -1,0 +1,48 @@
+// Package election elects one leader among the instances of a service, on
+// any lock.Locker: lock.Client (Redis), redlock.Client and zklock.Client,
+// with the guarantees of the lock underneath. It is the shape of etcd's
+// Election, Curator's LeaderLatch and Kubernetes' leaderelection for fleets
+// that already run coordkit's locks: a singleton job (one instance sends
+// the nightly report, one drains the outbox) wrapped in Run.
+//
+// # Algorithm
+//
+// A term is a hold of the election's key. Campaign obtains the key with an
+// owner of its own, "<identity>#<random>", and blocks in the lock's queue
+// (notified, not polled, on every backend) until it holds it. The term
+// lasts until Resign (which releases the key, so the next campaigner leads
+// at once) or until the lease is lost (its renewal failed past the TTL, the
+// key was deleted, the ZooKeeper session expired): Term.Done closes, and
+// Term.Err says why. Run loops: campaign, run the function with a ctx that
+// is cancelled when the term ends (its cause is the loss), resign, wait
+// the retry period, campaign again.
+//
+// Leader asks the locker who holds the key (lock.Client, redlock.Client
+// and zklock.Client have a Holder method: on Redis the hold's owner field,
+// on Redlock the owner on a quorum of masters, on ZooKeeper the lock node's
+// data) and returns the identity part of the owner; Observe and Run's
+// OnNewLeader callback poll it every observe period.
+//
+// # Guarantees
+//
+//   - At most one term is live at a time as far as the lock's own guarantee
+//     goes: a term ends (Done closes) no later than the lock reports its
+//     lease lost, which each backend bounds (lock: within the TTL of the
+//     last renewal; redlock: within TTL − drift; zklock: within the
+//     session's window). Two instances can both believe they lead only
+//     while a paused or cut-off leader has not yet seen Done: exactly the
+//     window in which its lock could be held by another.
+//   - Term tokens are the lock's fencing tokens: every term's is larger than
+//     every earlier term's. Have the resources a leader writes to refuse a
+//     token below the last one they saw, and a deposed leader's late writes
+//     are refused.
+//   - Leader is a read at one moment: by the time it returns the leader may
+//     have changed. It is for display and routing, not for exclusion.
+//
+// # When not to use it
+//
+// Not with lock.Simple (no notified waiting, and no Holder, so no Leader).
+// Not for leaders that must hand over in less than the lock's TTL after a
+// crash: a leader that dies without resigning keeps the key until its
+// lease expires.
+package election
