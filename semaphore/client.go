@@ -1,0 +1,466 @@
+package semaphore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+var (
+	//go:embed lua/acquire.lua
+	acquireLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/renew.lua
+	renewLua string
+	//go:embed lua/leave.lua
+	leaveLua string
+	//go:embed lua/setlimit.lua
+	setLimitLua string
+
+	acquireScript  = redis.NewScript(acquireLua)
+	releaseScript  = redis.NewScript(releaseLua)
+	renewScript    = redis.NewScript(renewLua)
+	leaveScript    = redis.NewScript(leaveLua)
+	setLimitScript = redis.NewScript(setLimitLua)
+)
+
+// Defaults of the options.
+const (
+	// DefaultPrefix starts every Redis key and channel name of the
+	// semaphores of a Client.
+	DefaultPrefix = "coordkit:sem:"
+	// DefaultTTL is a permit's time to live, renewed every third of it.
+	DefaultTTL = 30 * time.Second
+	// DefaultWaiterTimeout is how long a queued waiter keeps its place
+	// without calling in (it calls in every third of it).
+	DefaultWaiterTimeout = 3 * time.Second
+)
+
+// ErrNoPermit is returned by TryAcquire when every permit is taken (or
+// others queue for them). It matches lock.ErrNotObtained.
+var ErrNoPermit = fmt.Errorf("semaphore: no permit free: %w", lock.ErrNotObtained)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	prefix        string
+	permits       int
+	ttl           time.Duration
+	waiterTimeout time.Duration
+	metrics       lock.Metrics
+	metricsKey    func(string) string
+	logger        *slog.Logger
+}
+
+// WithPrefix sets the prefix of every key and channel. Default:
+// DefaultPrefix. It must not be empty or contain a brace.
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithPermits sets N for the semaphores whose N was never set in Redis
+// (SetPermits). Default: 1. Every client of a semaphore should agree on
+// it, or SetPermits should set it once for all.
+func WithPermits(n int) Option { return func(o *options) { o.permits = n } }
+
+// WithDefaultTTL sets the TTL of permits acquired without lock.WithTTL.
+// Default: DefaultTTL.
+func WithDefaultTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithWaiterTimeout sets how long a queued waiter keeps its place without
+// calling in. Default: DefaultWaiterTimeout.
+func WithWaiterTimeout(d time.Duration) Option { return func(o *options) { o.waiterTimeout = d } }
+
+// WithMetrics sets the hooks that observe acquisitions (Waited), holds,
+// renewals, losses and releases: lock.Metrics, as every coordkit lock
+// takes. Default: none.
+func WithMetrics(m lock.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithMetricsKey sets the label the metrics hooks get for a semaphore's
+// name. Default: none, the hooks get "".
+func WithMetricsKey(fn func(string) string) Option { return func(o *options) { o.metricsKey = fn } }
+
+// WithLogger sets where the client logs a renewal that failed or a permit
+// lost (Warn; Info when Close ended it). Default: slog.Default() at New.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Client acquires permits of counting semaphores on one Redis (single
+// node, Sentinel or Cluster through redis.UniversalClient). It implements
+// lock.Locker: Obtain is Acquire, so lock.Do runs a function under a
+// permit. It is safe for concurrent use.
+type Client struct {
+	rdb  redis.UniversalClient
+	o    options
+	obs  observe.Lock
+	id   string // this client's id: its waiters are "<id>:<n>"
+	wake string // this client's wake-up channel
+	err  error  // invalid construction
+
+	seq  atomic.Uint64
+	quit chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	waiters map[string]chan struct{}
+	permits map[*Permit]struct{}
+	ps      *redis.PubSub
+	psReady chan struct{} // closed once ps is subscribed (or failed: psErr)
+	psErr   error
+	psDone  chan struct{} // closed when the dispatching goroutine ends
+}
+
+var _ lock.Locker = (*Client)(nil)
+
+// New returns a Client on rdb, which it does not close. Like lock.New it
+// returns a Client even for invalid arguments: Err reports them, and every
+// call returns that error (matching lock.ErrInvalid).
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	o := options{prefix: DefaultPrefix, permits: 1, ttl: DefaultTTL, waiterTimeout: DefaultWaiterTimeout}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	c := &Client{rdb: rdb, o: o, id: strings.ReplaceAll(uuid.NewString(), "-", ""),
+		quit: make(chan struct{}), waiters: map[string]chan struct{}{}, permits: map[*Permit]struct{}{}}
+	c.wake = o.prefix + "wake:" + c.id
+	c.obs = observe.NewLock("coordkit/semaphore", o.logger, o.metrics, o.metricsKey, ErrClosed)
+	switch {
+	case rdb == nil:
+		c.err = fmt.Errorf("%w: semaphore: nil redis client", lock.ErrInvalid)
+	case o.prefix == "" || strings.ContainsAny(o.prefix, "{}"):
+		c.err = fmt.Errorf("%w: semaphore: key prefix %q (empty, or with a brace)", lock.ErrInvalid, o.prefix)
+	case o.permits < 1:
+		c.err = fmt.Errorf("%w: semaphore: %d permits", lock.ErrInvalid, o.permits)
+	case o.ttl < watchdog.MinTTL:
+		c.err = fmt.Errorf("%w: semaphore: TTL %v below %v", lock.ErrInvalid, o.ttl, watchdog.MinTTL)
+	case o.waiterTimeout < 30*time.Millisecond:
+		c.err = fmt.Errorf("%w: semaphore: waiter timeout %v below 30ms", lock.ErrInvalid, o.waiterTimeout)
+	}
+	return c
+}
+
+// ErrClosed is returned by calls after Close, and is the cause of the loss
+// of the permits Close ended. It matches lock.ErrClosed.
+var ErrClosed = fmt.Errorf("semaphore: client closed: %w", lock.ErrClosed)
+
+// Err returns the error New found in its arguments, or nil.
+func (c *Client) Err() error { return c.err }
+
+// keys returns a semaphore's keys: holders, fence, limit, queue,
+// deadlines, tokens. They share the hash tag {name}, hence one Cluster slot.
+func (c *Client) keys(name string) []string {
+	h := c.o.prefix + "{" + name + "}"
+	return []string{h, h + ":fence", h + ":limit", h + ":q", h + ":qt", h + ":tok"}
+}
+
+// releaseWindow is how long a release's marker is kept: a release sent
+// again after a lost reply within it is answered as the first run was.
+const releaseWindow = 10 * time.Second
+
+func (c *Client) check(name string) error {
+	switch {
+	case c.err != nil:
+		return c.err
+	case name == "":
+		return fmt.Errorf("%w: semaphore: empty name", lock.ErrInvalid)
+	case strings.HasPrefix(name, "}"):
+		return fmt.Errorf("%w: semaphore: name %q begins with '}'", lock.ErrInvalid, name)
+	}
+	return nil
+}
+
+// Obtain is Acquire, for lock.Locker (lock.Do).
+func (c *Client) Obtain(ctx context.Context, name string, opts ...lock.Option) (lock.Lease, error) {
+	return c.Acquire(ctx, name, opts...)
+}
+
+// TryObtain is TryAcquire, for lock.Locker.
+func (c *Client) TryObtain(ctx context.Context, name string, opts ...lock.Option) (lock.Lease, error) {
+	return c.TryAcquire(ctx, name, opts...)
+}
+
+// Acquire blocks until it holds a permit of the semaphore name, ctx ends
+// (an error matching lock.ErrNotObtained and ctx's error) or the client is
+// closed (ErrClosed). Waiters are served in arrival order and woken by the
+// release that frees a permit for them (a message on their client's one
+// Pub/Sub channel), or by the expiry of a permit, whichever comes first.
+// The option that applies is lock.WithTTL. A permit is not reentrant: an
+// owner that holds one and acquires again takes a second.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...lock.Option) (*Permit, error) {
+	return c.acquire(ctx, name, true, opts)
+}
+
+// TryAcquire makes one attempt: a permit, or ErrNoPermit.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...lock.Option) (*Permit, error) {
+	return c.acquire(ctx, name, false, opts)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []lock.Option) (*Permit, error) {
+	begin := time.Now()
+	p, err := c.acquirePermit(ctx, name, wait, opts)
+	if c.o.metrics != nil {
+		c.obs.Waited(name, time.Since(begin), err)
+	}
+	return p, err
+}
+
+func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts []lock.Option) (*Permit, error) {
+	if err := c.check(name); err != nil {
+		return nil, err
+	}
+	o := lock.Apply(opts)
+	ttl := c.o.ttl
+	if o.TTL != 0 {
+		ttl = o.TTL
+	}
+	if ttl < watchdog.MinTTL {
+		return nil, fmt.Errorf("%w: semaphore: TTL %v below %v", lock.ErrInvalid, ttl, watchdog.MinTTL)
+	}
+	id := c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
+	var woken chan struct{}
+	if wait {
+		if err := c.subscribe(ctx); err != nil {
+			return nil, err
+		}
+		var err error
+		if woken, err = c.register(id); err != nil {
+			return nil, err
+		}
+		defer c.unregister(id)
+	}
+	keys := c.keys(name)
+	argWait := "0"
+	if wait {
+		argWait = "1"
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	queued := false
+	for {
+		sent := time.Now()
+		res, err := acquireScript.Run(ctx, c.rdb, keys, id, ttl.Milliseconds(), c.o.permits, argWait,
+			c.o.waiterTimeout.Milliseconds()).Int64Slice()
+		if err != nil {
+			if queued {
+				c.leave(ctx, keys, id)
+			}
+			if ctx.Err() != nil {
+				return nil, errors.Join(lock.ErrNotObtained, ctx.Err())
+			}
+			return nil, fmt.Errorf("semaphore: acquire %q: %w", name, err)
+		}
+		if len(res) >= 2 && res[0] == 1 {
+			return c.newPermit(name, keys, id, res[1], ttl, o.MaxHold, sent), nil
+		}
+		if !wait {
+			return nil, ErrNoPermit
+		}
+		queued = len(res) >= 3 && res[2] == 1
+		d := c.o.waiterTimeout / 3 // call in before the waiter is skipped
+		if len(res) >= 2 && res[1] >= 0 {
+			d = min(d, time.Duration(res[1])*time.Millisecond+time.Millisecond)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-c.quit:
+			c.leave(context.WithoutCancel(ctx), keys, id)
+			return nil, ErrClosed
+		case <-ctx.Done():
+			c.leave(context.WithoutCancel(ctx), keys, id)
+			return nil, errors.Join(lock.ErrNotObtained, ctx.Err())
+		}
+	}
+}
+
+// leave takes a waiter out of the queue (best effort: a waiter that does
+// not call in is skipped after the waiter timeout anyway).
+func (c *Client) leave(ctx context.Context, keys []string, id string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := leaveScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4]}, id, c.o.permits, c.o.prefix+"wake:").Err(); err != nil {
+		c.obs.Debug("semaphore: leave failed", "waiter", id, "err", err)
+	}
+}
+
+// SetPermits sets N, the number of permits of name, for every client. A
+// larger N wakes waiters at once; a smaller one takes effect as permits
+// come back (holders keep theirs).
+func (c *Client) SetPermits(ctx context.Context, name string, n int) error {
+	if err := c.check(name); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: semaphore: %d permits", lock.ErrInvalid, n)
+	}
+	keys := c.keys(name)
+	return setLimitScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4]}, n, c.o.prefix+"wake:").Err()
+}
+
+// Usage returns name's N (SetPermits', or this client's default) and the
+// number of permits held now (unexpired).
+func (c *Client) Usage(ctx context.Context, name string) (permits, held int, err error) {
+	if err := c.check(name); err != nil {
+		return 0, 0, err
+	}
+	keys := c.keys(name)
+	t, err := c.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	p := c.rdb.Pipeline()
+	lim := p.Get(ctx, keys[2])
+	cnt := p.ZCount(ctx, keys[0], strconv.FormatInt(t.UnixMilli()+1, 10), "+inf")
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, err
+	}
+	permits = c.o.permits
+	if v, err := lim.Int(); err == nil {
+		permits = v
+	}
+	return permits, int(cnt.Val()), nil
+}
+
+// register records a waiter before its first attempt, so that no wake-up
+// is missed.
+func (c *Client) register(id string) (chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	ch := make(chan struct{}, 1)
+	c.waiters[id] = ch
+	return ch, nil
+}
+
+func (c *Client) unregister(id string) {
+	c.mu.Lock()
+	delete(c.waiters, id)
+	c.mu.Unlock()
+}
+
+// subscribe opens the client's one Pub/Sub connection, on its own channel,
+// the first time a caller needs to wait.
+func (c *Client) subscribe(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if c.psReady != nil {
+		ready := c.psReady
+		c.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return errors.Join(lock.ErrNotObtained, ctx.Err())
+		}
+		c.mu.Lock()
+		err := c.psErr
+		if err != nil { // let the next caller try again
+			c.psReady = nil
+		}
+		c.mu.Unlock()
+		return err
+	}
+	ready := make(chan struct{})
+	c.psReady = ready
+	c.mu.Unlock()
+
+	ps := c.rdb.Subscribe(ctx, c.wake)
+	_, err := ps.Receive(ctx)
+	c.mu.Lock()
+	switch {
+	case err != nil:
+		c.psErr = fmt.Errorf("semaphore: subscribe: %w", err)
+	case c.closed:
+		c.psErr = ErrClosed
+	default:
+		c.ps, c.psDone = ps, make(chan struct{})
+		ch := ps.Channel(redis.WithChannelSize(1024))
+		go func() { // owned by the client: Close closes ps, which ends ch
+			defer close(c.psDone)
+			for m := range ch {
+				c.mu.Lock()
+				w := c.waiters[m.Payload]
+				c.mu.Unlock()
+				if w != nil {
+					select {
+					case w <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	err = c.psErr
+	if err != nil {
+		ps.Close()
+		c.psReady = nil
+	}
+	c.mu.Unlock()
+	close(ready)
+	return err
+}
+
+// Close stops the client: waiting calls return ErrClosed, held permits
+// stop being renewed (their Lost channels close with cause ErrClosed; the
+// permits expire after their TTL unless released), and the Pub/Sub
+// connection is closed. It does not close the Redis client.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.quit)
+	ps, done := c.ps, c.psDone
+	permits := make([]*Permit, 0, len(c.permits))
+	for p := range c.permits {
+		permits = append(permits, p)
+	}
+	c.mu.Unlock()
+	if ps != nil {
+		ps.Close()
+		<-done
+	}
+	for _, p := range permits {
+		p.wd.Lose(ErrClosed)
+	}
+	return nil
+}
+
+// Scripts returns the package's Lua scripts by file name, for tests and
+// for loading them ahead (SCRIPT LOAD) where EVAL is not allowed.
+func Scripts() map[string]*redis.Script {
+	return map[string]*redis.Script{
+		"acquire.lua": acquireScript, "release.lua": releaseScript, "renew.lua": renewScript,
+		"leave.lua": leaveScript, "setlimit.lua": setLimitScript,
+	}
+}

@@ -1,0 +1,64 @@
+// Package semaphore is a counting semaphore on Redis: at most N holders
+// of a name at once, each permit a lease (TTL, watchdog, Lost, a fencing
+// token per acquisition), so that a crashed holder's permit comes back by
+// itself. It is Redisson's RPermitExpirableSemaphore on coordkit's lock
+// contract: Client implements lock.Locker, so lock.Do runs a function
+// under a permit ("at most 10 calls to a rate-limited partner at once").
+//
+// # Redis key schema
+//
+// For a semaphore named name, with the client's prefix P (DefaultPrefix,
+// "coordkit:sem:"), every key shares the hash tag {name}, so each script
+// touches one Redis Cluster slot:
+//
+//	P{name}           zset    permit id -> expiry (Redis server time, ms)
+//	P{name}:fence     string  fencing counter; never deleted
+//	P{name}:limit     string  N, when SetPermits set it (else each client's WithPermits)
+//	P{name}:q         list    queued waiters in arrival order: "<client id>:<n>"
+//	P{name}:qt        zset    waiter -> deadline (server ms)
+//	P{name}:tok       hash    permit id -> its fencing token
+//	P{name}:r:<id>    string  a release's marker, kept for 10 s
+//	P wake:<client>   channel one per Client; a message names one of its waiters
+//
+// # Algorithm
+//
+// Acquire, release, renew, leave and SetPermits are one Lua script and one
+// round trip each (lua/). Acquire drops the permits whose expiry has passed
+// and the waiters whose deadline has, then takes a permit if fewer than N
+// are held and the caller is among the first F waiters (F free permits;
+// a caller not queued only when fewer than F wait): waiters are served in
+// arrival order. The permit is a member of the sorted set scored with
+// server time + TTL, and its fencing token is the larger of the counter + 1
+// and the server's clock in microseconds (so a counter restored from older
+// data cannot repeat a token, as in package lock). Otherwise the caller
+// queues (Acquire) and waits on its client's one Pub/Sub connection: a
+// release, a leave or a larger N publishes one message to each of the
+// first F live waiters (never to all of them: no herd), and a waiter also
+// calls again when the first permit may expire or a third of its waiter
+// timeout has passed (keeping its place). A watchdog renews each permit
+// every TTL/3; a renewal that finds the permit gone, or renewals that fail
+// past the TTL, lose it: Lost closes, lock.Do's ctx is cancelled.
+//
+// A command whose reply was lost and that go-redis sent again runs twice:
+// an acquisition that finds the permit it took answers that permit and its
+// token again, and a release that finds its marker answers that it
+// released, as its first run did.
+//
+// # Guarantees
+//
+// At most N permits are held at any moment by Redis's clock, N being the
+// value at the moment of each acquisition (a smaller N takes effect as
+// permits come back; a larger one at once). A holder learns of a permit
+// it no longer has no later than TTL after the send of its last successful
+// renewal, before Redis can give the permit to another (the expiry is
+// counted from Redis's clock at the script, after the send). As for every
+// Redis lock: a single Redis that loses data (a restart without
+// persistence, a failover to a lagging replica) can let more than N in;
+// fencing tokens still increase.
+//
+// # When not to use it
+//
+// Permits are not reentrant: an owner that holds one and acquires again
+// takes a second (a nested lock.Do with N = 1 waits for ever). For mutual
+// exclusion use package lock, which re-enters and hands over.
+package semaphore

@@ -1,0 +1,140 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+// Permit is one permit of a semaphore, held until Release or loss. It
+// implements lock.Lease and lock.LeaseStatus.
+type Permit struct {
+	c     *Client
+	name  string
+	keys  []string
+	id    string
+	token int64
+	since time.Time
+	wd    *watchdog.Watchdog
+
+	released bool // protected by c.mu
+}
+
+var (
+	_ lock.Lease       = (*Permit)(nil)
+	_ lock.LeaseStatus = (*Permit)(nil)
+)
+
+func (c *Client) newPermit(name string, keys []string, id string, token int64, ttl, maxHold time.Duration, sent time.Time) *Permit {
+	p := &Permit{c: c, name: name, keys: keys, id: id, token: token, since: sent}
+	wd, err := watchdog.Start(watchdog.Config{
+		TTL:         ttl,
+		MaxHold:     maxHold,
+		LastRenewed: sent,
+		Observer:    permitEvents{p},
+		Renew: func(ctx context.Context) error {
+			n, err := renewScript.Run(ctx, c.rdb, []string{keys[0], keys[5]}, id, ttl.Milliseconds()).Int64()
+			switch {
+			case err != nil:
+				return fmt.Errorf("semaphore: renew %q: %w", name, err)
+			case n == 0:
+				return fmt.Errorf("%w: %w", lock.ErrNotHeld, watchdog.ErrNotHeld)
+			}
+			return nil
+		},
+	})
+	if err != nil { // ttl was checked against MinTTL: this is a bug
+		panic(err)
+	}
+	p.wd = wd
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.permits[p] = struct{}{}
+	}
+	c.mu.Unlock()
+	if closed {
+		wd.Lose(ErrClosed)
+	}
+	return p
+}
+
+// permitEvents logs and reports a permit's watchdog events.
+type permitEvents struct{ p *Permit }
+
+func (e permitEvents) Renewed(err error) { e.p.c.obs.Renewed(e.p.name, e.p.id, e.p.token, err) }
+func (e permitEvents) Lost(cause error)  { e.p.c.obs.Lost(e.p.name, e.p.id, e.p.token, lostErr(cause)) }
+
+// Key returns the semaphore's name.
+func (p *Permit) Key() string { return p.name }
+
+// ID returns the permit's id (its member in the holders' sorted set).
+func (p *Permit) ID() string { return p.id }
+
+// Token returns the permit's fencing token: larger than the token of every
+// permit of the semaphore acquired before it.
+func (p *Permit) Token() int64 { return p.token }
+
+// Lost returns a channel that is closed once the permit is no longer known
+// to be held (renewals failed past its TTL, it was found expired, the
+// client was closed).
+func (p *Permit) Lost() <-chan struct{} { return p.wd.Lost() }
+
+// Err returns nil while the permit is held, then an error matching
+// lock.ErrLockLost and the reason (lock.ErrNotHeld, watchdog.ErrExpired,
+// watchdog.ErrMaxHold, ErrClosed).
+func (p *Permit) Err() error { return lostErr(p.wd.Err()) }
+
+// Until returns the time until which the permit is known to be held, or
+// the zero Time once it is lost.
+func (p *Permit) Until() time.Time { return p.wd.Until() }
+
+func lostErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, watchdog.ErrNotHeld) && !errors.Is(err, lock.ErrNotHeld):
+		return fmt.Errorf("%w: %w: %w", lock.ErrLockLost, lock.ErrNotHeld, err)
+	}
+	return fmt.Errorf("%w: %w", lock.ErrLockLost, err)
+}
+
+// Release gives the permit back and wakes the waiter it frees a place for.
+// It returns lock.ErrNotHeld if the permit had expired (or was released
+// before).
+func (p *Permit) Release(ctx context.Context) error {
+	err := p.release(ctx)
+	if p.c.o.metrics != nil {
+		p.c.obs.Released(p.name, err)
+	}
+	return err
+}
+
+func (p *Permit) release(ctx context.Context) error {
+	c := p.c
+	c.mu.Lock()
+	done := p.released
+	p.released = true
+	delete(c.permits, p)
+	c.mu.Unlock()
+	if done {
+		return lock.ErrNotHeld
+	}
+	p.wd.Stop()
+	if c.o.metrics != nil {
+		c.obs.Held(p.name, time.Since(p.since))
+	}
+	keys := []string{p.keys[0], p.keys[2], p.keys[3], p.keys[4], p.keys[5], p.keys[0] + ":r:" + p.id}
+	n, err := releaseScript.Run(ctx, c.rdb, keys, p.id, c.o.permits, c.o.prefix+"wake:", releaseWindow.Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("semaphore: release %q: %w (the permit expires after its TTL)", p.name, err)
+	}
+	if n == 0 {
+		return lock.ErrNotHeld
+	}
+	return nil
+}
