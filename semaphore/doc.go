@@ -1,4 +1,6 @@
-// Package semaphore is a counting semaphore on Redis: at most N holders
+// Package semaphore is a counting semaphore on Redis (Client) and on
+// ZooKeeper (ZK, Curator's InterProcessSemaphoreV2 on zklock: see its
+// documentation): at most N holders
 // of a name at once, each permit a lease (TTL, watchdog, Lost, a fencing
 // token per acquisition), so that a crashed holder's permit comes back by
 // itself. It is Redisson's RPermitExpirableSemaphore on coordkit's lock

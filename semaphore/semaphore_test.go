@@ -30,6 +30,11 @@ func (r serverRun) Run() int {
 	}
 	defer shared.Close()
 	os.Setenv("REDIS_ADDR", shared.Addr())
+	defer func() {
+		if zkSrv != nil {
+			zkSrv.Close()
+		}
+	}()
 	return r.m.Run()
 }
 

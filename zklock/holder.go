@@ -61,3 +61,14 @@ func (c *Client) Holder(ctx context.Context, key string) (owner string, token in
 		return string(data), st.Czxid, nil
 	}
 }
+
+// Path returns the znode under which key's lock nodes queue,
+// "<root>/<escaped key>" (see the package documentation): for tools that
+// list or watch the line themselves.
+func (c *Client) Path(key string) (string, error) {
+	esc, err := escapeKey(key)
+	if err != nil {
+		return "", err
+	}
+	return c.root + "/" + esc, nil
+}

@@ -1,0 +1,161 @@
+package semaphore_test
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/semaphore"
+	"github.com/coordkit/coordkit/zklock"
+)
+
+// zkSrv is started by the first ZooKeeper test (a JVM takes seconds).
+var (
+	zkOnce sync.Once
+	zkSrv  *testserver.ZooKeeper
+	zkErr  error
+)
+
+func zkServer(t *testing.T) *testserver.ZooKeeper {
+	t.Helper()
+	zkOnce.Do(func() { zkSrv, zkErr = testserver.NewZooKeeper() })
+	if zkErr != nil {
+		t.Fatal(zkErr)
+	}
+	return zkSrv
+}
+
+// newZK returns a ZooKeeper semaphore client with a session of its own, as
+// another process has.
+func newZK(t *testing.T, opts ...semaphore.ZKOption) (*semaphore.ZK, *testserver.ZKConn) {
+	t.Helper()
+	conn := zkServer(t).DialT(t, 4*time.Second, nil)
+	z, err := semaphore.NewZK(conn.Conn, append([]semaphore.ZKOption{semaphore.WithZKRoot("/semaphore-test"),
+		semaphore.WithZKLockOptions(zklock.WithSessionTimeout(4 * time.Second))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	return z, conn
+}
+
+// TestZKNeverMoreThanN: three sessions' worth of goroutines contend for N
+// = 3 permits: never more than 3 at once, every goroutine gets some, and
+// every token (the permit node's czxid) is distinct.
+func TestZKNeverMoreThanN(t *testing.T) {
+	ctx := ctxFor(t, 60*time.Second)
+	name := newName(t)
+	var held, maxHeld, total atomic.Int64
+	var mu sync.Mutex
+	tokens := map[int64]bool{}
+	deadline := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for range 3 {
+		z, _ := newZK(t, semaphore.WithZKPermits(3))
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := 0
+				for time.Now().Before(deadline) {
+					p, err := z.Acquire(ctx, name)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					h := held.Add(1)
+					for {
+						m := maxHeld.Load()
+						if h <= m || maxHeld.CompareAndSwap(m, h) {
+							break
+						}
+					}
+					mu.Lock()
+					if tokens[p.Token()] {
+						t.Errorf("token %d twice", p.Token())
+					}
+					tokens[p.Token()] = true
+					mu.Unlock()
+					time.Sleep(150 * time.Millisecond) // longer than an acquisition: permits overlap
+					held.Add(-1)
+					if err := p.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					n++
+					total.Add(1)
+				}
+				if n == 0 {
+					t.Error("a goroutine never got a permit")
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if maxHeld.Load() > 3 || maxHeld.Load() < 2 {
+		t.Fatalf("%d permits held at once, N = 3 (and holds longer than an acquisition)", maxHeld.Load())
+	}
+	t.Logf("%d acquisitions in 3 s by 9 goroutines on 3 sessions, at most %d at once", total.Load(), maxHeld.Load())
+}
+
+// TestZKFullAndExpiry: with every permit held, TryAcquire fails with
+// ErrNoPermit; a holder whose session expires loses its permit (Lost) and
+// a waiter gets it; SetPermits raises N for everyone.
+func TestZKFullAndExpiry(t *testing.T) {
+	ctx := ctxFor(t, 60*time.Second)
+	name := newName(t)
+	a, aconn := newZK(t)
+	b, _ := newZK(t)
+	p, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, name); !errors.Is(err, semaphore.ErrNoPermit) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryAcquire with the permit held: %v", err)
+	}
+	got := make(chan lock.Lease, 1)
+	go func() {
+		q, err := b.Acquire(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- q
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := aconn.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the expired session's permit was not reported lost")
+	}
+	var q lock.Lease
+	select {
+	case q = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the expired session's permit")
+	}
+	if q == nil {
+		t.FailNow()
+	}
+	if q.Token() <= p.Token() {
+		t.Fatalf("token %d not above %d", q.Token(), p.Token())
+	}
+	if err := b.SetPermits(ctx, name, 2); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire after N was raised to 2: %v", err)
+	}
+	r.Release(ctx)
+	q.Release(ctx)
+	if _, err := b.TryAcquire(ctx, "a#b"); !errors.Is(err, lock.ErrInvalid) {
+		t.Fatalf("name with '#': %v", err)
+	}
+}
