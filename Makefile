@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: deps test vet demo bench chaos chaos-short
+.PHONY: deps test vet demo bench chaos chaos-short contrib
 
 deps:
 	./scripts/deps.sh
@@ -14,7 +14,13 @@ vet:
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) contrib
 	$(MAKE) chaos-short
+
+# The adapters, each a module of its own (so that their dependencies stay
+# out of the module graph of users who import only the library).
+contrib:
+	set -e; for m in contrib/*/; do (cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); done
 
 # The chaos checker's own tests, then every lock backend and the ID workload
 # in client processes under a seeded nemesis, histories checked (at most 3
