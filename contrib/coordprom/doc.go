@@ -20,11 +20,21 @@
 // "redlock", "zookeeper", ...) on the same registry; registering a second
 // LockMetrics with the same backend returns a prometheus.AlreadyRegisteredError.
 //
-//	coordkit_lock_obtain_seconds  histogram {backend, key, result}  Obtain and TryObtain calls; result: ok, not_obtained (held by another owner), canceled (ctx ended: context.Canceled or DeadlineExceeded), error
-//	coordkit_lock_held_seconds    histogram {backend, key}          holds, from the first level's Obtain to the outermost Release
-//	coordkit_lock_renewals_total  counter   {backend, key, result}  watchdog renewals; result: ok, error
-//	coordkit_lock_lost_total      counter   {backend, key, reason}  leases lost; reason: expired (watchdog.ErrExpired), max_hold (watchdog.ErrMaxHold), session_expired (zklock.ErrSessionExpired), not_held (lock.ErrNotHeld), closed (lock.ErrClosed), other
-//	coordkit_lock_releases_total  counter   {backend, key, result}  Release calls; result: ok, not_held, error
+//	coordkit_lock_obtain_seconds  histogram {backend, key, result}  Obtain and TryObtain calls
+//	coordkit_lock_held_seconds    histogram {backend, key}          holds, first Obtain to last Release
+//	coordkit_lock_renewals_total  counter   {backend, key, result}  watchdog renewals
+//	coordkit_lock_lost_total      counter   {backend, key, reason}  leases lost
+//	coordkit_lock_releases_total  counter   {backend, key, result}  Release calls
+//
+// The result of an Obtain is ok, not_obtained (held by another owner:
+// lock.ErrNotObtained), canceled (ctx ended: context.Canceled or
+// DeadlineExceeded, which a wait joins to ErrNotObtained) or error; of a
+// renewal ok or error; of a Release ok, not_held (lock.ErrNotHeld) or error.
+// The reason of a loss is the first its cause matches (errors.Is) of
+// expired (watchdog.ErrExpired: renewals failed until the TTL ran out),
+// max_hold (watchdog.ErrMaxHold), session_expired (zklock.ErrSessionExpired),
+// not_held (lock.ErrNotHeld or watchdog.ErrNotHeld: the server no longer
+// had it), closed (lock.ErrClosed: the client's Close), else other.
 //
 // The key label is "" unless the client was built with its WithMetricsKey
 // option: lock names are unbounded (a lock per order), and a series per key
@@ -33,16 +43,19 @@
 //
 // # ID metrics
 //
-//	coordkit_ids_issued_total            counter   {tag}          IDs handed out (a Snowflake's tag is "")
-//	coordkit_ids_clock_backwards_total   counter   {}             requests refused: clock behind the last ID beyond the tolerance
+//	coordkit_ids_issued_total            counter   {tag}          IDs handed out
+//	coordkit_ids_clock_backwards_total   counter   {}             requests refused: clock behind
 //	coordkit_ids_clock_backwards_seconds histogram {}             how far behind it was
-//	coordkit_ids_segment_fetches_total   counter   {tag, result}  segments fetched; result: ok, error
-//	coordkit_ids_segment_fetch_seconds   histogram {tag}          their round trips, failed ones included
-//	coordkit_ids_segment_reserved_total  counter   {tag}          IDs reserved by the segments fetched
+//	coordkit_ids_segment_fetches_total   counter   {tag, result}  segments fetched (ok, error)
+//	coordkit_ids_segment_fetch_seconds   histogram {tag}          their round trips, failed ones too
+//	coordkit_ids_segment_reserved_total  counter   {tag}          IDs in the segments reserved
 //	coordkit_ids_segment_waits_total     counter   {tag}          calls that waited for a segment
 //	coordkit_ids_segment_wait_seconds    histogram {tag}          how long they waited
-//	coordkit_worker_leases_lost_total    counter   {service}      worker-ID leases lost (not released)
+//	coordkit_worker_leases_lost_total    counter   {service}      worker-ID leases lost, not released
 //
+// A Snowflake's tag is "". The clock metrics count the calls refused because
+// the clock was behind the last ID by more than the generator tolerates (a
+// smaller step is waited out and not counted).
 // Tags and services are the user's own bounded names.
 //
 // # Cost

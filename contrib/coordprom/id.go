@@ -14,7 +14,8 @@ var _ idgen.Metrics = (*IDMetrics)(nil)
 // and worker leasers in Prometheus metrics (see the package documentation
 // for their names and labels). Pass it to idgen.WithMetrics,
 // redisid.WithMetrics or workerid.WithMetrics; one IDMetrics serves any
-// number of generators. Create it with NewIDMetrics; its methods are safe
+// number of generators. Create it with NewIDMetrics (the zero value is not
+// usable); its methods are safe
 // for concurrent use and do not allocate once a series exists: Issued, on
 // the hot path of every ID, is a map read and an atomic add.
 type IDMetrics struct {
