@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,7 @@ func ExampleNewLockMetrics() {
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	locker := lock.New(rdb, lock.WithMetrics(metrics),
 		// Report "orders" for "orders:1042": one series per kind of lock,
@@ -69,7 +70,7 @@ func ExampleNewIDMetrics() {
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	segments, err := redisid.NewSegments(rdb, redisid.WithMetrics(metrics))
 	if err != nil {

@@ -20,9 +20,6 @@ import (
 // shared is the Redis server of the tests that do not break their server.
 var shared *testserver.Redis
 
-// redisAddr is shared's address, for the examples.
-var redisAddr string
-
 // serverRun starts the shared server around the tests, so that goleak checks
 // for leaks after it is gone.
 type serverRun struct{ m *testing.M }
@@ -34,7 +31,7 @@ func (r serverRun) Run() int {
 		return 1
 	}
 	defer shared.Close()
-	redisAddr = shared.Addr()
+	os.Setenv("REDIS_ADDR", shared.Addr()) // for the examples
 	return r.m.Run()
 }
 
