@@ -3,8 +3,8 @@
 // It exports two adapters:
 //
 //   - LockMetrics (NewLockMetrics) implements lock.Metrics, for
-//     lock.WithMetrics (lock.New, lock.NewSimple), redlock.WithMetrics and
-//     zklock.WithMetrics;
+//     lock.WithMetrics (lock.New, lock.NewSimple), redlock.WithMetrics,
+//     zklock.WithMetrics and semaphore.WithMetrics (semaphore.New);
 //   - IDMetrics (NewIDMetrics) implements idgen.Metrics, for
 //     idgen.WithMetrics (Snowflake), redisid.WithMetrics (Segments) and
 //     workerid.WithMetrics (NewRedis, NewZK).
@@ -17,8 +17,9 @@
 //
 // Every lock metric has the constant label backend, set by WithBackend, so
 // that one process registers one LockMetrics per lock client ("redis",
-// "redlock", "zookeeper", ...) on the same registry; registering a second
-// LockMetrics with the same backend returns a prometheus.AlreadyRegisteredError.
+// "redlock", "zookeeper", "semaphore", ...) on the same registry;
+// registering a second LockMetrics with the same backend returns a
+// prometheus.AlreadyRegisteredError.
 //
 //	coordkit_lock_obtain_seconds  histogram {backend, key, result}  Obtain and TryObtain calls
 //	coordkit_lock_held_seconds    histogram {backend, key}          holds, first Obtain to last Release

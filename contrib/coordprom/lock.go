@@ -16,10 +16,10 @@ var _ lock.Metrics = (*LockMetrics)(nil)
 
 // LockMetrics implements lock.Metrics: it records a lock client's hooks in
 // Prometheus metrics (see the package documentation for their names and
-// labels). Pass it to lock.WithMetrics, redlock.WithMetrics or
-// zklock.WithMetrics. Create it with NewLockMetrics (the zero value is not
-// usable); its methods are safe for concurrent use and do not allocate once
-// a series exists.
+// labels). Pass it to lock.WithMetrics, redlock.WithMetrics,
+// zklock.WithMetrics or semaphore.WithMetrics. Create it with
+// NewLockMetrics (the zero value is not usable); its methods are safe for
+// concurrent use and do not allocate once a series exists.
 type LockMetrics struct {
 	lock.NopMetrics
 
