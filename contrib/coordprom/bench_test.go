@@ -87,8 +87,9 @@ func BenchmarkIDMetrics_Issued_parallel(b *testing.B) {
 	})
 }
 
-// BenchmarkCounterVec_WithLabelValues is what a hook would cost without the
-// cache: the vector's own lookup on every call.
+// BenchmarkCounterVec_WithLabelValues is what Issued would cost without the
+// cache: the vector's own lookup on every call (it does not allocate
+// either in client_golang v1.25; the cache saves its hashing and read lock).
 func BenchmarkCounterVec_WithLabelValues(b *testing.B) {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"tag"})
 	b.ReportAllocs()

@@ -14,9 +14,9 @@ import (
 type labels struct{ name, result string }
 
 // series caches the children of one metric vector by label values, so that
-// a hook call costs one map read and no allocation once its series exists
-// (a vector's WithLabelValues hashes the values and allocates the variadic
-// slice on every call). Label values are bounded by design (keys reach the
+// a hook call costs one map read, without a lock, once its series exists
+// (a vector's WithLabelValues hashes the values, takes the vector's read
+// lock and checks the values on every call). Label values are bounded by design (keys reach the
 // hooks only through WithMetricsKey, tags are the user's own names), so the
 // cache is never pruned and copying it on a miss is cheap.
 type series[M any] struct {
