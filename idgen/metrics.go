@@ -6,7 +6,7 @@ import "time"
 // leasers: Snowflake (WithMetrics here), redisid's Segments and
 // workerid's leasers (their WithMetrics options) take the same hooks, so one
 // adapter serves all; the Prometheus adapter is the module
-// github.com/coordkit/coordkit/contrib/prometheus.
+// github.com/coordkit/coordkit/contrib/coordprom.
 //
 // Implementations embed NopMetrics, so that hooks added in later versions
 // do nothing until they are implemented (the interface cannot be satisfied

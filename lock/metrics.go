@@ -5,7 +5,7 @@ import "time"
 // Metrics receives a lock client's measurements. lock.Client, lock.Simple,
 // redlock.Client and zklock.Client take the same hooks (their WithMetrics
 // options), so one adapter serves every backend; the Prometheus adapter is
-// the module github.com/coordkit/coordkit/contrib/prometheus.
+// the module github.com/coordkit/coordkit/contrib/coordprom.
 //
 // Implementations embed NopMetrics, so that hooks added in later versions
 // do nothing until they are implemented (the interface cannot be satisfied
