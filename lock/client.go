@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/watchdog"
@@ -172,8 +173,8 @@ func CheckKey(key string) error {
 }
 
 // resolve checks the call's arguments and applies defaults.
-func (c *Client) resolve(key string, opts []Option) (ObtainOptions, error) {
-	o := Apply(opts)
+func (c *Client) resolve(key string, opts []Option) (obtainOptions, error) {
+	o := lockopt.Apply(opts)
 	if c == nil {
 		return o, fmt.Errorf("%w: nil *lock.Client", ErrInvalid)
 	}
@@ -183,7 +184,7 @@ func (c *Client) resolve(key string, opts []Option) (ObtainOptions, error) {
 	return o, checkObtain(key, &o, c.o.ttl)
 }
 
-func checkObtain(key string, o *ObtainOptions, defaultTTL time.Duration) error {
+func checkObtain(key string, o *obtainOptions, defaultTTL time.Duration) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
@@ -253,7 +254,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 // (new level and request id), or fails with ErrNotObtained if it may not
 // wait, or after maxLate such answers in a row (a TTL shorter than the
 // round trip never gets a lease).
-func (c *Client) obtainHeld(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
+func (c *Client) obtainHeld(ctx context.Context, key string, wait bool, o obtainOptions) (*lease, error) {
 	for late := 1; ; late++ {
 		l, err := c.obtainLoop(ctx, key, wait, o)
 		if err != nil || l.h.wd.Held() {
@@ -276,7 +277,7 @@ func (c *Client) obtainHeld(ctx context.Context, key string, wait bool, o Obtain
 const maxLate = 5
 
 // obtainLoop runs the attempts, in key's local line when useGate says so.
-func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*lease, error) {
+func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o obtainOptions) (*lease, error) {
 	// One id per call: the waiter's id in the queue, the release's request
 	// id, and the owner when ctx carries none ("<client id>:<n>" is unique,
 	// and unguessable through the random client id).
@@ -317,7 +318,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, wait bool, o Obtain
 
 // attempts obtains key for owner; id is the call's id. gh, if not nil, is
 // the local line's front that the new hold keeps.
-func (c *Client) attempts(ctx context.Context, key string, wait bool, o ObtainOptions, id, owner string, gh *gateHold) (*lease, error) {
+func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOptions, id, owner string, gh *gateHold) (*lease, error) {
 	keys := c.keys(key)
 	notified := o.Retry == nil
 	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue

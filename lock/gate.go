@@ -43,7 +43,7 @@ type liner struct {
 // takeover describes the acquisition a hand-off makes for a liner.
 type takeover struct {
 	owner, id string
-	o         ObtainOptions
+	o         obtainOptions
 }
 
 // grant gives a liner the front, with the lease of a hand-off or without.

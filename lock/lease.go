@@ -60,7 +60,7 @@ func lostErr(err error) error {
 // release's request id), at is when the acquisition was sent.
 // keys are the lock's keys (lockKeys). gh, if not nil, is the local line's
 // front the obtaining call holds: a new hold keeps it, re-entry gives it up.
-func (c *Client) newLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time, gh *gateHold) *lease {
+func (c *Client) newLease(key string, keys []string, owner, id string, token int64, o obtainOptions, at time.Time, gh *gateHold) *lease {
 	return c.newGrantedLease(key, keys, owner, id, token, o, at, 0, gh)
 }
 
@@ -76,7 +76,7 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 // are not merged into the new one. An answer with a smaller token comes
 // from a hold that a newer one replaced already: its lease is lost from
 // the start.
-func (c *Client) newGrantedLease(key string, keys []string, owner, id string, token int64, o ObtainOptions, at time.Time, first time.Duration, gh *gateHold) *lease {
+func (c *Client) newGrantedLease(key string, keys []string, owner, id string, token int64, o obtainOptions, at time.Time, first time.Duration, gh *gateHold) *lease {
 	k := holdKey{key, owner}
 	l := &lease{c: c, key: key, owner: owner, id: id, token: token, ttl: o.TTL.Milliseconds(),
 		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]}}
@@ -118,7 +118,7 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 	return l
 }
 
-func (c *Client) startWatchdog(h *hold, o ObtainOptions, at time.Time, first time.Duration) *watchdog.Watchdog {
+func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first time.Duration) *watchdog.Watchdog {
 	key, owner, token := h.k.key, h.k.owner, h.token
 	ttl := o.TTL.Milliseconds()
 	cfg := watchdog.Config{

@@ -3,6 +3,8 @@ package lock
 import (
 	"context"
 	"time"
+
+	"github.com/coordkit/coordkit/internal/lockopt"
 )
 
 // Locker obtains leases on keys. *Client (Redis), redlock.Client and
@@ -74,34 +76,11 @@ func LostCause(l Lease) error {
 }
 
 // Option configures one Obtain or TryObtain call.
-type Option func(*ObtainOptions)
+type Option func(*obtainOptions)
 
-// ObtainOptions is the resolved form of a call's Options. Implementations of
-// Locker read it with Apply; callers use the With… functions.
-type ObtainOptions struct {
-	// TTL is the lease's time to live between renewals; 0 means the
-	// implementation's default. Ignored by locks that do not expire
-	// (zklock, whose holder lives as long as its session).
-	TTL time.Duration
-	// MaxHold bounds how long the watchdog keeps renewing the lease; 0 means
-	// for as long as it is held. After MaxHold the lease expires TTL later
-	// unless released, and Lost() closes.
-	MaxHold time.Duration
-	// Retry, if not nil, replaces notification-driven waiting by fixed
-	// delays: attempt n (from 1) waits Retry(n) before trying again.
-	Retry func(attempt int) time.Duration
-}
-
-// Apply resolves opts, in order, into an ObtainOptions.
-func Apply(opts []Option) ObtainOptions {
-	var o ObtainOptions
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	return o
-}
+// obtainOptions is the resolved form of a call's Options, shared with the
+// module's other Lockers through internal/lockopt (lockopt.Apply).
+type obtainOptions = lockopt.Obtain
 
 // WithTTL sets the lease's time to live. Default: the Locker's default TTL
 // (30 s for the Redis lock, as Redisson's watchdog timeout). d must be
@@ -110,16 +89,16 @@ func WithTTL(d time.Duration) Option {
 	if d <= 0 {
 		d = -1
 	}
-	return func(o *ObtainOptions) { o.TTL = d }
+	return func(o *obtainOptions) { o.TTL = d }
 }
 
 // WithMaxHold stops the watchdog renewing the lease after d, so a stuck
 // holder cannot keep the lock forever. Default: 0, renew until released.
-func WithMaxHold(d time.Duration) Option { return func(o *ObtainOptions) { o.MaxHold = d } }
+func WithMaxHold(d time.Duration) Option { return func(o *obtainOptions) { o.MaxHold = d } }
 
 // WithRetry waits retry(attempt) between attempts instead of waiting for the
 // holder's release notification. Default: nil, wait for notification (with
 // the holder's remaining TTL as the bound of each wait).
 func WithRetry(retry func(attempt int) time.Duration) Option {
-	return func(o *ObtainOptions) { o.Retry = retry }
+	return func(o *obtainOptions) { o.Retry = retry }
 }

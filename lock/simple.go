@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -80,7 +81,7 @@ func (s *Simple) TryObtain(ctx context.Context, key string, opts ...Option) (Lea
 }
 
 func (s *Simple) obtain(ctx context.Context, key string, wait bool, opts []Option) (Lease, error) {
-	o := Apply(opts)
+	o := lockopt.Apply(opts)
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil *lock.Simple", ErrInvalid)
 	}
@@ -99,7 +100,7 @@ func (s *Simple) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	return l, nil
 }
 
-func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o ObtainOptions) (*simpleLease, error) {
+func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o obtainOptions) (*simpleLease, error) {
 	k := s.o.prefix + "simple:{" + key + "}"
 	keys := []string{k, k + ":fence"}
 	value := NewOwner()
@@ -170,7 +171,7 @@ type simpleLease struct {
 	released bool // protected by s.mu
 }
 
-func (s *Simple) newLease(key, rkey, value string, token int64, o ObtainOptions, at time.Time) *simpleLease {
+func (s *Simple) newLease(key, rkey, value string, token int64, o obtainOptions, at time.Time) *simpleLease {
 	l := &simpleLease{s: s, key: key, rkey: rkey, value: value, token: token, since: at}
 	ttl := o.TTL.Milliseconds()
 	wd, err := watchdog.Start(watchdog.Config{

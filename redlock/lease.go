@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -92,7 +93,7 @@ func (c *Client) reenter(key, owner string) *lease {
 // lost at once and replaced. (A hold merged while it was in fact lost is
 // found out by its next renewal.) pl, the local line's front the call
 // holds, goes with a new hold.
-func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainOptions, a attempt, pl *place) *lease {
+func (c *Client) newLease(ctx context.Context, key, owner string, o lockopt.Obtain, a attempt, pl *place) *lease {
 	k := holdKey{key, owner}
 	c.mu.Lock()
 	old := c.holds[k]
@@ -122,7 +123,7 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lock.ObtainO
 // lease's life as TTL − drift from the start of the last successful round
 // (the acquisition's for the first), so Lost closes before the masters'
 // holds can have expired.
-func (c *Client) startWatchdog(h *hold, o lock.ObtainOptions, start time.Time) *watchdog.Watchdog {
+func (c *Client) startWatchdog(h *hold, o lockopt.Obtain, start time.Time) *watchdog.Watchdog {
 	key, owner, level := h.k.key, h.k.owner, h.level
 	wd, err := watchdog.Start(watchdog.Config{
 		Observer:    h,

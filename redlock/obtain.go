@@ -7,12 +7,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/lock"
 )
 
 // resolve checks the call's arguments and applies defaults.
-func (c *Client) resolve(key string, opts []lock.Option) (lock.ObtainOptions, error) {
-	o := lock.Apply(opts)
+func (c *Client) resolve(key string, opts []lock.Option) (lockopt.Obtain, error) {
+	o := lockopt.Apply(opts)
 	if c == nil {
 		return o, invalid("nil *redlock.Client")
 	}
@@ -115,7 +116,7 @@ func (c *Client) obtainLease(ctx context.Context, key string, wait bool, opts []
 
 // attempts obtains key for owner; pl, if not nil, is the front of the
 // key's local line, which the new hold keeps.
-func (c *Client) attempts(ctx context.Context, key, owner string, wait bool, o lock.ObtainOptions, pl *place) (lock.Lease, error) {
+func (c *Client) attempts(ctx context.Context, key, owner string, wait bool, o lockopt.Obtain, pl *place) (lock.Lease, error) {
 	var err error
 	queue := wait && o.Retry == nil
 	var (
@@ -194,7 +195,7 @@ func (c *Client) attempts(ctx context.Context, key, owner string, wait bool, o l
 
 // pause returns how long to wait after a failed attempt, and whether a
 // wake-up may end the wait early.
-func (c *Client) pause(a attempt, o lock.ObtainOptions, attempt int, fails *int) (time.Duration, bool) {
+func (c *Client) pause(a attempt, o lockopt.Obtain, attempt int, fails *int) (time.Duration, bool) {
 	if o.Retry != nil {
 		return max(o.Retry(attempt), 0), false
 	}

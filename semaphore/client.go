@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
@@ -223,7 +224,7 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 	if err := c.check(name); err != nil {
 		return nil, err
 	}
-	o := lock.Apply(opts)
+	o := lockopt.Apply(opts)
 	ttl := c.o.ttl
 	if o.TTL != 0 {
 		ttl = o.TTL
