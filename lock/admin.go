@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coordkit/coordkit/internal/hashlock"
 )
 
 // Info is the state of one lock, as Inspect reads it.
@@ -33,12 +35,12 @@ type Info struct {
 }
 
 // grantField is the hash field under which a release records the waiter it
-// granted the lock to (GRANT in lua/fence.lua). Owners may not start with
-// a NUL byte, so it is never an owner.
+// granted the lock to (GRANT in internal/hashlock/lua/fence.lua). Owners
+// may not start with a NUL byte, so it is never an owner.
 const grantField = "\x00grant"
 
 // tokenField is the hash field that holds the fencing token of the current
-// hold (TOKEN in lua/fence.lua).
+// hold (TOKEN in internal/hashlock/lua/fence.lua).
 const tokenField = "\x00t"
 
 // Held reports whether some owner holds the lock.
@@ -50,7 +52,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if _, err := c.resolve(key, nil); err != nil {
 		return Info{}, err
 	}
-	res, err := inspectScript.Run(ctx, c.rdb, c.keys(key)).Slice()
+	res, err := hashlock.InspectScript.Run(ctx, c.rdb, c.keys(key)).Slice()
 	if err != nil {
 		return Info{}, fmt.Errorf("lock: inspect %q: %w", key, err)
 	}
@@ -69,7 +71,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		case owner == tokenField:
 			info.HoldToken, _ = strconv.ParseInt(s, 10, 64)
 			continue
-		case strings.HasPrefix(owner, "\x00"): // a level's id (LEVEL in lua/fence.lua)
+		case strings.HasPrefix(owner, "\x00"): // a level's id (LEVEL in fence.lua)
 			continue
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -132,7 +134,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	k := c.keys(key)
-	n, err := forceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1], k[0] + ":r:" + c.nextID()},
+	n, err := hashlock.ForceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1], k[0] + ":r:" + c.nextID()},
 		c.chanPrefix, c.argWindow).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: force-release %q: %w", key, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
@@ -100,7 +101,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 		waiters: map[string]chan int64{},
 	}
 	c.obs = observe.NewLock("coordkit/lock", o.logger, o.metrics, o.metricsKey, ErrClosed)
-	c.chanPrefix = wakePrefix(o.prefix)
+	c.chanPrefix = hashlock.WakePrefix(o.prefix)
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
 	c.argBound, c.argTTL = o.waiterTimeout.Milliseconds(), o.ttl.Milliseconds()
 	c.argGrant = "|" + strconv.FormatInt(c.grantTTL(o.ttl).Milliseconds(), 10) + "|"
@@ -134,43 +135,13 @@ func (c *Client) Err() error {
 
 // keys returns the lock's keys: hash, fence, queue, deadlines. They share
 // the hash tag {key}, hence one Cluster slot.
-func (c *Client) keys(key string) []string { return lockKeys(c.o.prefix, key) }
-
-// lockKeys is the key schema of the package documentation, defined once for
-// Client and Node.
-func lockKeys(prefix, key string) []string {
-	// The hash, queue and deadlines keys are prefixes of one string
-	// ("P{key}:qt"), so the four keys cost two allocations, not four.
-	qt := prefix + "{" + key + "}:qt"
-	n := len(qt) - len(":qt")
-	return []string{qt[:n], qt[:n] + ":fence", qt[:n+len(":q")], qt}
-}
+func (c *Client) keys(key string) []string { return hashlock.LockKeys(c.o.prefix, key) }
 
 // grantTTL is the TTL a release grants a queued waiter whose lease TTL is
 // ttl (queue.lua): at most the waiter timeout, so that a waiter that
 // vanished holds the lock no longer than it would keep its place in the
 // queue. Its watchdog renews it to ttl.
 func (c *Client) grantTTL(ttl time.Duration) time.Duration { return min(ttl, c.o.waiterTimeout) }
-
-// wakePrefix is the prefix of every client's wake-up channel.
-func wakePrefix(prefix string) string { return prefix + "wake:" }
-
-// CheckKey returns an error wrapping ErrInvalid if key cannot name a lock:
-// empty, or beginning with '}'. A lock's Redis keys are "P{key}..." with
-// the hash tag {key}, so that they share one Cluster slot; a key that
-// begins with '}' makes the tag empty, Redis then hashes each whole key,
-// and the scripts would fail with CROSSSLOT on a Cluster. (Other braces
-// are fine: the tag then ends at the key's first '}', the same for every
-// key of the lock.)
-func CheckKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalid)
-	case key[0] == '}':
-		return fmt.Errorf("%w: key %q begins with '}' (it would break the Cluster hash tag)", ErrInvalid, key)
-	}
-	return nil
-}
 
 // resolve checks the call's arguments and applies defaults.
 func (c *Client) resolve(key string, opts []Option) (obtainOptions, error) {
@@ -185,7 +156,7 @@ func (c *Client) resolve(key string, opts []Option) (obtainOptions, error) {
 }
 
 func checkObtain(key string, o *obtainOptions, defaultTTL time.Duration) error {
-	if err := CheckKey(key); err != nil {
+	if err := hashlock.CheckKey(key); err != nil {
 		return err
 	}
 	if o.TTL == 0 {
@@ -447,7 +418,7 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 		err  error
 	)
 	if c.o.replicas == 0 {
-		res, err = acquireScript.Run(ctx, c.pipe, keys, args...).Slice()
+		res, err = hashlock.AcquireScript.Run(ctx, c.pipe, keys, args...).Slice()
 	} else {
 		res, acks, err = c.acquireAndWait(ctx, keys, args)
 	}
@@ -488,11 +459,11 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 	}
 	for range 2 {
 		pipe := pl.Pipeline()
-		ev := acquireScript.EvalSha(ctx, pipe, keys, args...)
+		ev := hashlock.AcquireScript.EvalSha(ctx, pipe, keys, args...)
 		wait := pipe.Do(ctx, "WAIT", c.o.replicas, c.o.replicaWait.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		if err := ev.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if err := acquireScript.Load(ctx, conn).Err(); err != nil {
+			if err := hashlock.AcquireScript.Load(ctx, conn).Err(); err != nil {
 				return nil, 0, err
 			}
 			continue
@@ -514,7 +485,7 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 func (c *Client) undo(ctx context.Context, key string, keys []string, owner, id string, ttl int64, acks int) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
-	err := releaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1]},
+	err := hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1]},
 		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix, id).Err()
 	e := fmt.Errorf("%w: %d of %d for %q", ErrTooFewReplicas, acks, c.o.replicas, key)
 	if err != nil {
@@ -530,7 +501,7 @@ func (c *Client) forget(ctx context.Context, keys []string, owner, id string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	// A failure leaves the level to expire with the hold.
-	_ = releaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]},
+	_ = hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]},
 		owner, c.o.ttl.Milliseconds(), c.argWindow, c.chanPrefix, id).Err()
 }
 
@@ -552,7 +523,7 @@ func (c *Client) leave(ctx context.Context, keys []string, waiter string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	// A failure leaves the entry to be skipped after the waiter timeout.
-	_ = leaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[1]}, waiter, c.chanPrefix).Err()
+	_ = hashlock.LeaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[1]}, waiter, c.chanPrefix).Err()
 }
 
 func (c *Client) nextID() string {

@@ -26,13 +26,16 @@
 //
 // (The channel is "P" + "wake:" + the client id.) Simple uses a string at
 // P simple:{key} (holding the holder's random value, PX TTL) and its own
-// fencing counter at P simple:{key}:fence. A key may not begin with '}' (CheckKey): the
-// hash tag would be empty and the keys fall in different Cluster slots.
+// fencing counter at P simple:{key}:fence. A key may not begin with '}'
+// (Obtain refuses it with ErrInvalid): the hash tag would be empty and the
+// keys fall in different Cluster slots.
 //
 // # Algorithm
 //
 // Acquire, release and renew are one Lua script and one round trip each
-// (EVALSHA; EVAL once after NOSCRIPT); the scripts are in lua/, one file each.
+// (EVALSHA; EVAL once after NOSCRIPT); the scripts are in
+// internal/hashlock/lua, one file each (Simple's in lua/), and package
+// redlock runs the same ones on each of its masters.
 // A Client pipelines its acquisitions and releases under load: while four
 // are in flight, further ones queue and leave together in one pipeline (one
 // write and one read for the batch). An idle client sends each call at
@@ -71,9 +74,9 @@
 // gives the grant back (leave.lua), and one that vanished holds it until
 // the grant TTL ends, at most one waiter timeout. Steady contention across
 // clients therefore costs two commands per critical section: the release
-// and the releaser's next attempt, which queues. (Node's waiters, which
-// Redlock uses, are plain "<client id>:<n>" entries: a release only wakes
-// them, and they acquire in their next round trip.)
+// and the releaser's next attempt, which queues. (Redlock's waiters are
+// plain "<client id>:<n>" entries: a release only wakes them, and they
+// acquire in their next round trip.)
 //
 // Waiting: every Client has one Pub/Sub connection, opened by its first wait
 // and subscribed to its own channel only, never one per waiter or per key.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -71,7 +72,7 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := shared.Client(t)
 	key := uniqueKey(t)
-	node, _ := lock.NewNode("")
+	node, _ := hashlock.NewNode("")
 	k := node.Keys(key)
 	keys := []string{k.Lock, k.Fence, k.Queue, k.Deadlines}
 	acquire := lock.Scripts()["acquire.lua"]
@@ -100,7 +101,7 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	if len(info.Waiters) != 0 {
 		t.Fatalf("queue %v after the call holds the lock, want empty", info.Waiters)
 	}
-	left, err := node.Release(ctx, rdb, key, lock.NodeRelease{Owner: "owner-a", TTL: 5 * time.Second, Request: "r1", Level: id})
+	left, err := node.Release(ctx, rdb, key, hashlock.NodeRelease{Owner: "owner-a", TTL: 5 * time.Second, Request: "r1", Level: id})
 	if err != nil || left != 0 {
 		t.Fatalf("Release: %d %v", left, err)
 	}
@@ -159,7 +160,7 @@ func TestReentryLeavesQueue(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := shared.Client(t)
 	key := uniqueKey(t)
-	node, _ := lock.NewNode("")
+	node, _ := hashlock.NewNode("")
 	k := node.Keys(key)
 	keys := []string{k.Lock, k.Fence, k.Queue, k.Deadlines}
 	acquire := lock.Scripts()["acquire.lua"]
@@ -206,26 +207,6 @@ func TestLostReplyForgotten(t *testing.T) {
 	wantLost(t, r)
 	if got := owners(t, ctx, newClient(t, nil), key); len(got) != 0 {
 		t.Fatalf("after the failed TryObtain: held by %v", got)
-	}
-}
-
-// TestNodeReleaseWithoutLevelResent: a Node release that names no level,
-// sent twice with one Request, drops one level.
-func TestNodeReleaseWithoutLevelResent(t *testing.T) {
-	ctx := ctxTimeout(t, 10*time.Second)
-	rdb := shared.Client(t)
-	key := uniqueKey(t)
-	node, _ := lock.NewNode("")
-	for range 2 {
-		if r, err := node.Acquire(ctx, rdb, key, lock.NodeAcquire{Owner: "o", TTL: 5 * time.Second}); err != nil || !r.Held {
-			t.Fatalf("Acquire: %+v %v", r, err)
-		}
-	}
-	rel := lock.NodeRelease{Owner: "o", TTL: 5 * time.Second, Request: "r1"}
-	for range 2 {
-		if left, err := node.Release(ctx, rdb, key, rel); err != nil || left != 1 {
-			t.Fatalf("Release (same Request): %d %v, want 1 level left", left, err)
-		}
 	}
 }
 

@@ -1,6 +1,10 @@
 package lock
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/coordkit/coordkit/internal/hashlock"
+)
 
 var (
 	// ErrNotObtained is returned when the lock could not be obtained: held
@@ -18,7 +22,7 @@ var (
 var (
 	// ErrInvalid is wrapped by the errors for invalid arguments: a nil
 	// client, an empty key, a TTL at or below zero or under MinTTL.
-	ErrInvalid = errors.New("lock: invalid argument")
+	ErrInvalid = errInvalid() // "lock: invalid argument"
 	// ErrClosed is returned by a Client or Simple lock after Close, and is
 	// the cause of the loss of every lease it still renewed.
 	ErrClosed = errors.New("lock: client closed")
@@ -29,3 +33,7 @@ var (
 	// watched keys changed.
 	ErrConflict = errors.New("lock: optimistic transaction kept conflicting")
 )
+
+// errInvalid returns "lock: invalid argument", declared where the checks of
+// the hash lock's engine, which package redlock runs too, wrap it.
+func errInvalid() error { return hashlock.ErrInvalid }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/coordkit/coordkit/internal/hashlock"
 )
 
 // Local lines (non-fair mode): the goroutines of one Client that wait for
@@ -217,7 +219,7 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 	keys := c.keys(l.key)
 	t := ln.take
 	sent := c.o.now()
-	res, err := handoffScript.Run(ctx, c.pipe, []string{keys[0], keys[1], keys[2], keys[3], l.keys[3]},
+	res, err := hashlock.HandoffScript.Run(ctx, c.pipe, []string{keys[0], keys[1], keys[2], keys[3], l.keys[3]},
 		l.owner, t.owner, t.o.TTL.Milliseconds(), c.argChan, l.id, t.id, "", c.argWindow).Int64Slice()
 	switch {
 	case err != nil:

@@ -9,11 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
 
-// Grants (lua/queue.lua): the outermost release gives the lock to the first
+// Grants (internal/hashlock/lua/queue.lua): the outermost release gives the lock to the first
 // live queued waiter of a Client, which takes it from the Pub/Sub message,
 // or from its next attempt if the message is lost, or gives it back when
 // it leaves.
@@ -183,7 +184,7 @@ func TestGrantToVanishedWaiter(t *testing.T) {
 	b := newClient(t, nil, lock.WithWaiterTimeout(bound))
 	la := mustObtain(t, ctx, a, key)
 	rdb := shared.Client(t)
-	k := lock.Node{}.Keys(key)
+	k := hashlock.Node{}.Keys(key)
 	ghost := "0ghostclient:1|300|ghost-owner"
 	deadline := float64(time.Now().Add(10 * time.Second).UnixMilli())
 	if err := rdb.ZAdd(ctx, k.Deadlines, redis.Z{Score: deadline, Member: ghost}).Err(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -58,7 +59,7 @@ func lostErr(err error) error {
 // newLease records one more level of owner's hold on key, starting the
 // hold's watchdog on the first level. id is the obtaining call's id (the
 // release's request id), at is when the acquisition was sent.
-// keys are the lock's keys (lockKeys). gh, if not nil, is the local line's
+// keys are the lock's keys (hashlock.LockKeys). gh, if not nil, is the local line's
 // front the obtaining call holds: a new hold keeps it, re-entry gives it up.
 func (c *Client) newLease(key string, keys []string, owner, id string, token int64, o obtainOptions, at time.Time, gh *gateHold) *lease {
 	return c.newGrantedLease(key, keys, owner, id, token, o, at, 0, gh)
@@ -130,7 +131,7 @@ func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first tim
 		Renew: func(ctx context.Context) error {
 			// Built here, not per hold: most holds end before their first renewal.
 			keys := []string{c.o.prefix + "{" + key + "}"}
-			n, err := renewScript.Run(ctx, c.rdb, keys, owner, ttl, strconv.FormatInt(token, 10)).Int64()
+			n, err := hashlock.RenewScript.Run(ctx, c.rdb, keys, owner, ttl, strconv.FormatInt(token, 10)).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: renew %q: %w", key, err)
@@ -197,7 +198,7 @@ func (l *lease) release(ctx context.Context) error {
 		}
 		return err
 	}
-	left, err := releaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token).Int64()
+	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token).Int64()
 	if err != nil {
 		l.abandon()
 		return fmt.Errorf("lock: release %q: %w", l.key, err)

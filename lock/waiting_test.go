@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -20,7 +21,7 @@ func TestQueuedBehindExpiredHoldPassedOn(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	rdb := shared.Client(t)
 	key := uniqueKey(t)
-	node, _ := lock.NewNode("")
+	node, _ := hashlock.NewNode("")
 	k := node.Keys(key)
 	// A hold of a crashed owner: nobody renews or releases it.
 	if err := rdb.HSet(ctx, k.Lock, "crashed", 1, "\x00t", 1).Err(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/lock"
@@ -37,7 +38,7 @@ type Client struct {
 	pipes   []*pipe.Pipeliner // per master: acquisitions and releases, pipelined under load
 	addrs   []string
 	quorum  int
-	node    lock.Node
+	node    hashlock.Node
 	o       options
 	obs     observe.Lock // logger and metrics hooks
 	id      string       // this client's id: its waiters are "<id>:<n>"
@@ -94,7 +95,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	node, err := lock.NewNode(o.prefix)
+	node, err := hashlock.NewNode(o.prefix)
 	if err != nil {
 		return nil, invalid("key prefix %q contains a brace", o.prefix)
 	}
@@ -354,7 +355,7 @@ type reply[T any] struct {
 // ctx for the round, bounded by timeout, and returns the answers (index i;
 // a master without an answer has the zero reply, done false). f passes its
 // answer to done, once, without blocking on other masters: a call through
-// the master's pipeliner (lock.Node's ...Go methods) costs no goroutine
+// the master's pipeliner (hashlock.Node's ...Go methods) costs no goroutine
 // while it queues; a blocking call is wrapped by blocking.
 //
 // fanOut returns when every master answered, or earlier: when enough (if

@@ -6,10 +6,11 @@
 //
 // # Algorithm
 //
-// Every master runs the reentrant hash lock of package lock, through
-// lock.Node: the same Lua scripts (acquire, release, handoff, renew, leave), the same
-// key schema and the same targeted wake-ups, so reentrancy and owners work
-// as in package lock (the owner comes from the ctx, lock.WithOwner).
+// Every master runs the reentrant hash lock of package lock, one server at
+// a time, through the engine the two packages share: the same Lua scripts
+// (acquire, release, handoff, renew, leave), the same key schema and the
+// same targeted wake-ups, so reentrancy and owners work as in package lock
+// (the owner comes from the ctx, lock.WithOwner).
 //
 // Acquire: the client notes the time, runs acquire.lua on all N masters in
 // parallel, each bounded by the node timeout (WithNodeTimeout, 20 ms by

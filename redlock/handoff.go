@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -31,7 +32,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// every master: a master that runs the hand-off twice (go-redis resent
 	// it) answers as the first time. One clock reading is every master's
 	// token floor, so that their tokens agree.
-	req := lock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl, Level: h.level,
+	req := hashlock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl, Level: h.level,
 		NewLevel: c.node.WaiterID(c.id, c.nextSeq()), Request: c.node.WaiterID(c.id, c.nextSeq()),
 		Window: c.o.releaseWindow, Floor: start.UnixMicro()}
 	// A quorum decides a success at once; a failure is decided when every
@@ -43,33 +44,33 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// the failure's releases may have overtaken it.
 	fate := new(outcome)
 	notHeld := false // a master answered that h's owner did not hold the lock (set before fate)
-	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[lock.NodeHandoffResult]) bool {
+	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[hashlock.NodeHandoffResult]) bool {
 		got := 0
 		for _, r := range out {
-			if r.done && r.err == nil && r.v.Outcome == lock.HandedOver {
+			if r.done && r.err == nil && r.v.Outcome == hashlock.HandedOver {
 				got++
 			}
 		}
 		return got >= c.quorum
-	}, func(i int, v lock.NodeHandoffResult, err error) {
+	}, func(i int, v hashlock.NodeHandoffResult, err error) {
 		switch {
-		case err == nil && v.Outcome == lock.HandoffReentered:
+		case err == nil && v.Outcome == hashlock.HandoffReentered:
 			c.releaseOne(ctx, i, key, owner, h.level, h.ttl)
-		case err != nil || v.Outcome == lock.HandedOver:
+		case err != nil || v.Outcome == hashlock.HandedOver:
 			fate.ifFailed(func() {
-				one := make([]reply[lock.NodeHandoffResult], n)
+				one := make([]reply[hashlock.NodeHandoffResult], n)
 				for j := range one {
-					one[j] = reply[lock.NodeHandoffResult]{i: j, done: true} // nothing to undo
+					one[j] = reply[hashlock.NodeHandoffResult]{i: j, done: true} // nothing to undo
 				}
-				one[i] = reply[lock.NodeHandoffResult]{i: i, v: v, err: err, done: true}
+				one[i] = reply[hashlock.NodeHandoffResult]{i: i, v: v, err: err, done: true}
 				c.undoHandOff(ctx, key, one, notHeld, lr, req.NewLevel, h)
 			})
 		}
-	}, func(ctx context.Context, i int, done func(lock.NodeHandoffResult, error)) {
+	}, func(ctx context.Context, i int, done func(hashlock.NodeHandoffResult, error)) {
 		c.node.HandoffGo(ctx, c.pipes[i], key, req, done)
 	})
 	for _, r := range rs {
-		if r.done && r.err == nil && r.v.Outcome == lock.HandoffReentered {
+		if r.done && r.err == nil && r.v.Outcome == hashlock.HandoffReentered {
 			c.releaseOne(ctx, r.i, key, owner, h.level, h.ttl)
 		}
 	}
@@ -77,29 +78,29 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// missed: masters where lr's owner does not hold the lock after the round
 	// (answered otherwise), for giving it back if lr's ctx has ended.
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n), level: req.NewLevel}
-	held := 0                                // masters where h's owner held the lock
-	acq := make([]reply[lock.NodeResult], n) // the round as acquisitions, for raiseFence
+	held := 0                                    // masters where h's owner held the lock
+	acq := make([]reply[hashlock.NodeResult], n) // the round as acquisitions, for raiseFence
 	var errs []error
 	for _, r := range rs {
-		acq[r.i] = reply[lock.NodeResult]{i: r.i, err: r.err, done: r.done}
-		a.missed[r.i] = r.done && (r.err != nil || r.v.Outcome != lock.HandedOver)
+		acq[r.i] = reply[hashlock.NodeResult]{i: r.i, err: r.err, done: r.done}
+		a.missed[r.i] = r.done && (r.err != nil || r.v.Outcome != hashlock.HandedOver)
 		switch {
 		case !r.done: // not awaited (the round succeeded without it), or no answer in time
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "handoff", Err: errNoAnswer})
 		case r.err != nil:
 			a.failed++
 			errs = append(errs, nodeErr(r.err, "handoff"))
-		case r.v.Outcome == lock.HandedOver:
+		case r.v.Outcome == hashlock.HandedOver:
 			held++
 			a.got++
 			a.fresh++
 			a.token = max(a.token, r.v.Token)
-			acq[r.i].v = lock.NodeResult{Held: true, Fresh: true, Token: r.v.Token}
-		case r.v.Outcome == lock.HandoffReleased:
+			acq[r.i].v = hashlock.NodeResult{Held: true, Fresh: true, Token: r.v.Token}
+		case r.v.Outcome == hashlock.HandoffReleased:
 			held++
 			a.elsewhere++
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "handoff", Err: errPassed})
-		case r.v.Outcome == lock.HandoffReentered:
+		case r.v.Outcome == hashlock.HandoffReentered:
 			held++
 			a.failed++
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "handoff", Err: errReentered})
@@ -132,11 +133,11 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 // was lost or had not come (not done: the round stopped waiting for it).
 // It returns on how many such masters h's owner turned out to hold the
 // lock.
-func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.NodeHandoffResult], notHeld bool,
+func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[hashlock.NodeHandoffResult], notHeld bool,
 	lr *liner, newLevel string, h *hold) int {
 	lost := func(i int) bool { return !rs[i].done || rs[i].err != nil }
 	newOwner := func(i int) bool {
-		return rs[i].done && rs[i].err == nil && rs[i].v.Outcome == lock.HandedOver || lost(i) && !notHeld
+		return rs[i].done && rs[i].err == nil && rs[i].v.Outcome == hashlock.HandedOver || lost(i) && !notHeld
 	}
 	oldOwner := lost
 	reqNew, reqOld := c.node.WaiterID(c.id, c.nextSeq()), c.node.WaiterID(c.id, c.nextSeq())
@@ -145,14 +146,14 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.No
 		blocking(c, func(ctx context.Context, i int, _ redis.UniversalClient) (bool, error) {
 			var errNew error
 			if newOwner(i) {
-				_, errNew = c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
+				_, errNew = c.node.Release(ctx, c.pipes[i], key, hashlock.NodeRelease{
 					Owner: lr.owner, TTL: lr.ttl, Request: reqNew, Window: c.o.releaseWindow, Level: newLevel,
 				})
 			}
 			if !oldOwner(i) {
 				return false, errNew
 			}
-			left, err := c.node.Release(ctx, c.pipes[i], key, lock.NodeRelease{
+			left, err := c.node.Release(ctx, c.pipes[i], key, hashlock.NodeRelease{
 				Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow, Level: h.level,
 			})
 			return err == nil && left >= 0, errors.Join(errNew, err)
@@ -172,7 +173,7 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[lock.No
 func (c *Client) releaseOne(ctx context.Context, i int, key, owner, level string, ttl time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
 	defer cancel()
-	_, _ = c.node.Release(rctx, c.pipes[i], key, lock.NodeRelease{
+	_, _ = c.node.Release(rctx, c.pipes[i], key, hashlock.NodeRelease{
 		Owner: owner, TTL: ttl, Request: c.node.WaiterID(c.id, c.nextSeq()), Window: c.o.releaseWindow, Level: level,
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
@@ -49,7 +50,7 @@ type obtained struct {
 
 func holders(t *testing.T, ctx context.Context, rdbs []redis.UniversalClient, key string) []map[string]string {
 	t.Helper()
-	node, _ := lock.NewNode(redlock.DefaultPrefix)
+	node, _ := hashlock.NewNode(redlock.DefaultPrefix)
 	k := node.Keys(key)
 	out := make([]map[string]string, len(rdbs))
 	for i, r := range rdbs {
@@ -115,7 +116,7 @@ func TestHandOffWithoutQuorum(t *testing.T) {
 	c := newClient(t, shared[:3])
 	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
 	next := inLine(t, ctx, c, key, "owner-b")
-	node, _ := lock.NewNode(redlock.DefaultPrefix)
+	node, _ := hashlock.NewNode(redlock.DefaultPrefix)
 	rdbs := dial(t, addrsOf(shared[:3])...)
 	for _, r := range rdbs[1:] {
 		r.Del(ctx, node.Keys(key).Lock)

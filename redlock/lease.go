@@ -23,7 +23,7 @@ type hold struct {
 	since  time.Time // when the acquisition was sent
 	levels int       // protected by Client.mu
 	token  int64
-	level  string // the id of the hold's level on the masters (lock.NodeRelease's Level)
+	level  string // the id of the hold's level on the masters (hashlock.NodeRelease's Level)
 	ttl    time.Duration
 	wd     *watchdog.Watchdog
 	place  *place // the local line's front, given up when the hold ends or is lost; or nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
@@ -47,7 +48,7 @@ func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
 		got <- err
 	}()
 	time.Sleep(50 * time.Millisecond) // the second goroutine waits in line
-	node, _ := lock.NewNode(redlock.DefaultPrefix)
+	node, _ := hashlock.NewNode(redlock.DefaultPrefix)
 	k := node.Keys(key)
 	for _, r := range dial(t, addrsOf(shared[:3])...) {
 		r.Del(ctx, k.Lock)

@@ -126,11 +126,9 @@ func countedClient(t testing.TB, n int, evals *testserver.EvalCounter, opts ...r
 	ctx := context.Background()
 	rdbs := dial(t, addrsOf(shared[:n])...)
 	for _, r := range rdbs {
-		for _, scripts := range []map[string]*redis.Script{lock.Scripts(), redlock.Scripts()} {
-			for _, s := range scripts {
-				if err := s.Load(ctx, r).Err(); err != nil {
-					t.Fatal(err)
-				}
+		for _, s := range redlock.Scripts() {
+			if err := s.Load(ctx, r).Err(); err != nil {
+				t.Fatal(err)
 			}
 		}
 		r.AddHook(evals)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -17,8 +18,8 @@ func (c *Client) resolve(key string, opts []lock.Option) (lockopt.Obtain, error)
 	if c == nil {
 		return o, invalid("nil *redlock.Client")
 	}
-	if lock.CheckKey(key) != nil {
-		return o, invalid("key %q is empty or begins with '}' (see lock.CheckKey)", key)
+	if hashlock.CheckKey(key) != nil {
+		return o, invalid("key %q is empty or begins with '}' (it would break the Cluster hash tag)", key)
 	}
 	if o.TTL == 0 {
 		o.TTL = c.o.ttl
@@ -239,7 +240,7 @@ type attempt struct {
 	minWait   time.Duration
 	missed    []bool // masters not held by the owner after the round
 	err       error  // why the attempt failed
-	level     string // the id of the level the round took on each master (lock.NodeAcquire's Request)
+	level     string // the id of the level the round took on each master (hashlock.NodeAcquire's Request)
 	fresh     int    // masters where the round took a new hold (the owner held nothing there)
 	reentered int    // masters that answered that the owner held the lock already
 }
@@ -255,7 +256,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	// acquisition twice, after go-redis resent it, takes one level), and
 	// one clock reading as every master's token floor, so that the masters'
 	// fresh tokens agree and need no raising.
-	req := lock.NodeAcquire{
+	req := hashlock.NodeAcquire{
 		Owner: owner, TTL: ttl, Waiter: waiter, Queued: queued && waiter != "",
 		WaiterTimeout: c.o.waiterTimeout, Request: c.node.WaiterID(c.id, c.nextSeq()), Floor: start.UnixMicro(),
 	}
@@ -267,7 +268,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	// the round failed, a level it took (or may have: an error) is
 	// released there, as the failure's releases may have overtaken it.
 	fate := new(outcome)
-	late := func(i int, v lock.NodeResult, err error) {
+	late := func(i int, v hashlock.NodeResult, err error) {
 		if waiter != "" && (err != nil || !v.Held) {
 			c.leaveOne(ctx, i, key, waiter)
 		}
@@ -279,7 +280,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 				func(j int) bool { return j == i }, nil)
 		})
 	}
-	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[lock.NodeResult]) bool {
+	rs := fanOut(c, ctx, c.o.nodeTimeout, nil, func(out []reply[hashlock.NodeResult]) bool {
 		got := 0
 		for _, r := range out {
 			if r.done && r.err == nil && r.v.Held {
@@ -287,7 +288,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 			}
 		}
 		return got >= c.quorum
-	}, late, func(ctx context.Context, i int, done func(lock.NodeResult, error)) {
+	}, late, func(ctx context.Context, i int, done func(hashlock.NodeResult, error)) {
 		c.node.AcquireGo(ctx, c.pipes[i], key, req, done)
 	})
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs)), level: req.Request}
@@ -367,7 +368,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 // of at least t before the lease is returned (any later holder's quorum
 // shares one of them, where its fresh token exceeds t). Masters that
 // answered t already count; the others are raised with raise_fence.lua.
-func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.NodeResult], t int64) error {
+func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[hashlock.NodeResult], t int64) error {
 	have := 0
 	for _, r := range rs {
 		if r.err == nil && r.v.Held && r.v.Token == t {
@@ -402,7 +403,7 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[lock.Nod
 	return errors.Join(append([]error{ErrFence}, errs...)...)
 }
 
-// releaseOn releases level (lock.NodeRelease's Level) of owner's hold on
+// releaseOn releases level (hashlock.NodeRelease's Level) of owner's hold on
 // the masters with on(i) (all if on is nil), in parallel, bounded by
 // timeout and ctx; a hold that a release does not reach expires after the
 // TTL. It returns the answers.
@@ -411,7 +412,7 @@ func (c *Client) releaseOn(ctx context.Context, key, owner, level string, ttl ti
 	req := c.node.WaiterID(c.id, c.nextSeq())
 	return fanOut(c, ctx, timeout, on, enough, nil,
 		func(ctx context.Context, i int, done func(int64, error)) {
-			c.node.ReleaseGo(ctx, c.pipes[i], key, lock.NodeRelease{
+			c.node.ReleaseGo(ctx, c.pipes[i], key, hashlock.NodeRelease{
 				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow, Level: level,
 			}, done)
 		})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
@@ -60,9 +61,9 @@ func heldOn(t *testing.T, ctx context.Context, key string) []int {
 	return on
 }
 
-func mustNode(t *testing.T) lock.Node {
+func mustNode(t *testing.T) hashlock.Node {
 	t.Helper()
-	n, err := lock.NewNode(redlock.DefaultPrefix)
+	n, err := hashlock.NewNode(redlock.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
@@ -18,7 +19,7 @@ import (
 func vanish(t *testing.T, key string) {
 	t.Helper()
 	ctx := ctxTimeout(t, 5*time.Second)
-	node, _ := lock.NewNode(redlock.DefaultPrefix)
+	node, _ := hashlock.NewNode(redlock.DefaultPrefix)
 	for _, r := range dial(t, addrsOf(shared)...) {
 		if err := r.Del(ctx, node.Keys(key).Lock).Err(); err != nil {
 			t.Fatal(err)
@@ -91,11 +92,9 @@ func lossyMasters(t *testing.T) ([]redis.UniversalClient, []*testserver.ReplyLos
 		losers[i] = &testserver.ReplyLoser{}
 		r := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: losers[i].Dial, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { r.Close() })
-		for _, scripts := range []map[string]*redis.Script{lock.Scripts(), redlock.Scripts()} {
-			for _, sc := range scripts {
-				if err := sc.Load(context.Background(), r).Err(); err != nil {
-					t.Fatal(err)
-				}
+		for _, sc := range redlock.Scripts() {
+			if err := sc.Load(context.Background(), r).Err(); err != nil {
+				t.Fatal(err)
 			}
 		}
 		rdbs[i] = r
@@ -149,7 +148,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	key := uniqueKey(t)
 
-	losers[0].Arm(lock.Scripts()["acquire.lua"].Hash())
+	losers[0].Arm(redlock.Scripts()["acquire.lua"].Hash())
 	first := mustObtain(t, ctx, c, key)
 	waitLost(t, losers[0])
 	owner := first.(interface{ Owner() string }).Owner()
@@ -166,7 +165,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 		next <- l
 	}()
 	time.Sleep(100 * time.Millisecond) // in line behind first
-	losers[1].Arm(lock.Scripts()["handoff.lua"].Hash())
+	losers[1].Arm(redlock.Scripts()["handoff.lua"].Hash())
 	if err := first.Release(ctx); err != nil {
 		t.Fatalf("Release that handed over, its reply resent on master 1: %v", err)
 	}
@@ -179,7 +178,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 	if got := counts(t, key, owner2); !allEqual(got, "1") {
 		t.Fatalf("hold counts after a hand-off resent on master 1: %v, want 1 everywhere", got)
 	}
-	losers[2].Arm(lock.Scripts()["release.lua"].Hash())
+	losers[2].Arm(redlock.Scripts()["release.lua"].Hash())
 	if err := second.Release(ctx); err != nil {
 		t.Fatalf("Release resent on master 2: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
@@ -133,7 +134,7 @@ func backends() []backend {
 			},
 			reentrant: true, ttl: true, reason: lock.ErrNotHeld,
 			lose: func(t *testing.T, _ closer, key string) {
-				n, err := lock.NewNode(redlock.DefaultPrefix)
+				n, err := hashlock.NewNode(redlock.DefaultPrefix)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package lock_test
+package hashlock_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -14,20 +15,20 @@ import (
 func TestNodeHandoff(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := shared.Client(t)
-	n := lock.Node{}
+	n := hashlock.Node{}
 	key := uniqueKey(t)
 	k := n.Keys(key)
-	acquire := func(owner string, waiter string) lock.NodeResult {
+	acquire := func(owner string, waiter string) hashlock.NodeResult {
 		t.Helper()
-		r, err := n.Acquire(ctx, rdb, key, lock.NodeAcquire{Owner: owner, TTL: 10 * time.Second, Waiter: waiter})
+		r, err := n.Acquire(ctx, rdb, key, hashlock.NodeAcquire{Owner: owner, TTL: 10 * time.Second, Waiter: waiter})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	handoff := func(from, to string) lock.NodeHandoffResult {
+	handoff := func(from, to string) hashlock.NodeHandoffResult {
 		t.Helper()
-		r, err := n.Handoff(ctx, rdb, key, lock.NodeHandoff{Owner: from, NewOwner: to, TTL: 3 * time.Second})
+		r, err := n.Handoff(ctx, rdb, key, hashlock.NodeHandoff{Owner: from, NewOwner: to, TTL: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,14 +46,14 @@ func TestNodeHandoff(t *testing.T) {
 	}
 
 	a := acquire("a", "")
-	if got := handoff("x", "b"); got.Outcome != lock.HandoffNotHeld {
+	if got := handoff("x", "b"); got.Outcome != hashlock.HandoffNotHeld {
 		t.Fatalf("hand-off by a non-holder: %+v", got)
 	}
 	if h := holder(); h["a"] != "1" || len(h) != 1 {
 		t.Fatalf("after a non-holder's hand-off: %v", h)
 	}
 	got := handoff("a", "b")
-	if got.Outcome != lock.HandedOver || got.Token <= a.Token {
+	if got.Outcome != hashlock.HandedOver || got.Token <= a.Token {
 		t.Fatalf("hand-off a→b: %+v, want HandedOver with a token above %d", got, a.Token)
 	}
 	if h := holder(); h["b"] != "1" || len(h) != 1 {
@@ -63,13 +64,13 @@ func TestNodeHandoff(t *testing.T) {
 	}
 
 	acquire("b", "") // a second level
-	if got := handoff("b", "c"); got.Outcome != lock.HandoffReentered {
+	if got := handoff("b", "c"); got.Outcome != hashlock.HandoffReentered {
 		t.Fatalf("hand-off of a re-entered hold: %+v", got)
 	}
 	if h := holder(); h["b"] != "2" {
 		t.Fatalf("a refused hand-off changed the hold: %v", h)
 	}
-	if _, err := n.Release(ctx, rdb, key, lock.NodeRelease{Owner: "b", TTL: 10 * time.Second, Request: "r1"}); err != nil {
+	if _, err := n.Release(ctx, rdb, key, hashlock.NodeRelease{Owner: "b", TTL: 10 * time.Second, Request: "r1"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -83,7 +84,7 @@ func TestNodeHandoff(t *testing.T) {
 	if r := acquire("d", n.WaiterID("w", 1)); r.Held {
 		t.Fatal("d acquired a held lock")
 	}
-	if got := handoff("b", "c"); got.Outcome != lock.HandoffReleased {
+	if got := handoff("b", "c"); got.Outcome != hashlock.HandoffReleased {
 		t.Fatalf("hand-off with a queued waiter: %+v", got)
 	}
 	if h := holder(); len(h) != 0 {
@@ -94,7 +95,7 @@ func TestNodeHandoff(t *testing.T) {
 		t.Fatalf("wake-up: %v, %v", msg, err)
 	}
 
-	for _, h := range []lock.NodeHandoff{{Owner: "", NewOwner: "b"}, {Owner: "a", NewOwner: ""}, {Owner: "a", NewOwner: "\x00grant"}} {
+	for _, h := range []hashlock.NodeHandoff{{Owner: "", NewOwner: "b"}, {Owner: "a", NewOwner: ""}, {Owner: "a", NewOwner: "\x00grant"}} {
 		if _, err := n.Handoff(ctx, rdb, key, h); !errors.Is(err, lock.ErrInvalid) {
 			t.Errorf("Handoff(%q → %q): %v, want ErrInvalid", h.Owner, h.NewOwner, err)
 		}
@@ -102,7 +103,7 @@ func TestNodeHandoff(t *testing.T) {
 
 	// Corrupted state: a hold count that is not a number is an error.
 	rdb.HSet(ctx, k.Lock, "e", "x")
-	if _, err := n.Handoff(ctx, rdb, key, lock.NodeHandoff{Owner: "e", NewOwner: "f", TTL: time.Second}); err == nil || errors.Is(err, lock.ErrInvalid) {
+	if _, err := n.Handoff(ctx, rdb, key, hashlock.NodeHandoff{Owner: "e", NewOwner: "f", TTL: time.Second}); err == nil || errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("hand-off of a corrupted hold: %v, want a script error", err)
 	}
 }
@@ -114,10 +115,10 @@ func TestNodeGo(t *testing.T) {
 	rdb := shared.Client(t)
 	p := pipe.New(rdb, 1)
 	defer p.Close()
-	n := lock.Node{}
+	n := hashlock.Node{}
 	key := uniqueKey(t)
-	acq := make(chan lock.NodeResult, 1)
-	n.AcquireGo(ctx, p, key, lock.NodeAcquire{Owner: "a", TTL: 5 * time.Second}, func(r lock.NodeResult, err error) {
+	acq := make(chan hashlock.NodeResult, 1)
+	n.AcquireGo(ctx, p, key, hashlock.NodeAcquire{Owner: "a", TTL: 5 * time.Second}, func(r hashlock.NodeResult, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -127,18 +128,18 @@ func TestNodeGo(t *testing.T) {
 	if !a.Held || !a.Fresh {
 		t.Fatalf("AcquireGo: %+v", a)
 	}
-	ho := make(chan lock.NodeHandoffResult, 1)
-	n.HandoffGo(ctx, p, key, lock.NodeHandoff{Owner: "a", NewOwner: "b", TTL: 5 * time.Second}, func(r lock.NodeHandoffResult, err error) {
+	ho := make(chan hashlock.NodeHandoffResult, 1)
+	n.HandoffGo(ctx, p, key, hashlock.NodeHandoff{Owner: "a", NewOwner: "b", TTL: 5 * time.Second}, func(r hashlock.NodeHandoffResult, err error) {
 		if err != nil {
 			t.Error(err)
 		}
 		ho <- r
 	})
-	if r := <-ho; r.Outcome != lock.HandedOver || r.Token <= a.Token {
+	if r := <-ho; r.Outcome != hashlock.HandedOver || r.Token <= a.Token {
 		t.Fatalf("HandoffGo: %+v", r)
 	}
 	rel := make(chan int64, 1)
-	n.ReleaseGo(ctx, p, key, lock.NodeRelease{Owner: "b", TTL: 5 * time.Second, Request: "go1"}, func(left int64, err error) {
+	n.ReleaseGo(ctx, p, key, hashlock.NodeRelease{Owner: "b", TTL: 5 * time.Second, Request: "go1"}, func(left int64, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -148,13 +149,33 @@ func TestNodeGo(t *testing.T) {
 		t.Fatalf("ReleaseGo: %d levels left, want 0", left)
 	}
 	var invalid error
-	n.AcquireGo(ctx, p, key, lock.NodeAcquire{Owner: "\x00x", TTL: time.Second}, func(_ lock.NodeResult, err error) { invalid = err })
+	n.AcquireGo(ctx, p, key, hashlock.NodeAcquire{Owner: "\x00x", TTL: time.Second}, func(_ hashlock.NodeResult, err error) { invalid = err })
 	if !errors.Is(invalid, lock.ErrInvalid) {
 		t.Fatalf("AcquireGo with a NUL owner: %v", invalid)
 	}
 	invalid = nil
-	n.HandoffGo(ctx, p, key, lock.NodeHandoff{Owner: "", NewOwner: "b"}, func(_ lock.NodeHandoffResult, err error) { invalid = err })
+	n.HandoffGo(ctx, p, key, hashlock.NodeHandoff{Owner: "", NewOwner: "b"}, func(_ hashlock.NodeHandoffResult, err error) { invalid = err })
 	if !errors.Is(invalid, lock.ErrInvalid) {
 		t.Fatalf("HandoffGo without an owner: %v", invalid)
+	}
+}
+
+// TestNodeReleaseWithoutLevelResent: a Node release that names no level,
+// sent twice with one Request, drops one level.
+func TestNodeReleaseWithoutLevelResent(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := shared.Client(t)
+	key := uniqueKey(t)
+	node, _ := hashlock.NewNode("")
+	for range 2 {
+		if r, err := node.Acquire(ctx, rdb, key, hashlock.NodeAcquire{Owner: "o", TTL: 5 * time.Second}); err != nil || !r.Held {
+			t.Fatalf("Acquire: %+v %v", r, err)
+		}
+	}
+	rel := hashlock.NodeRelease{Owner: "o", TTL: 5 * time.Second, Request: "r1"}
+	for range 2 {
+		if left, err := node.Release(ctx, rdb, key, rel); err != nil || left != 1 {
+			t.Fatalf("Release (same Request): %d %v, want 1 level left", left, err)
+		}
 	}
 }

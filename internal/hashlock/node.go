@@ -1,4 +1,4 @@
-package lock
+package hashlock
 
 import (
 	"context"
@@ -11,17 +11,18 @@ import (
 )
 
 // Node is the reentrant hash lock's protocol on one Redis server, without a
-// Client around it: no waiting loop, no watchdog, no Pub/Sub. It is for
-// callers that coordinate several independent servers themselves (package
-// redlock runs it on every master). It uses the key schema, the Lua scripts
-// and the wake-up channels of the package documentation, so a Node and a
-// Client with the same prefix see the same locks.
+// lock.Client around it: no waiting loop, no watchdog, no Pub/Sub. It is
+// for callers that coordinate several independent servers themselves
+// (package redlock runs it on every master). It uses the key schema and the
+// wake-up channels of package lock's documentation and this package's
+// scripts, so a Node and a lock.Client with the same prefix see the same
+// locks.
 //
 // A Node is a small value, safe for concurrent use. The zero value uses
 // DefaultPrefix.
 type Node struct {
 	prefix string
-	wake   string // wakePrefix(prefix), set by NewNode
+	wake   string // WakePrefix(prefix), set by NewNode
 }
 
 // NewNode returns a Node whose keys and channels start with prefix
@@ -46,13 +47,13 @@ func (n Node) pfx() string {
 // wakePfx returns the prefix of the wake-up channels, made once by NewNode.
 func (n Node) wakePfx() string {
 	if n.wake == "" {
-		return wakePrefix(n.pfx())
+		return WakePrefix(n.pfx())
 	}
 	return n.wake
 }
 
-// NodeKeys are the Redis keys of one lock (see the key schema in the
-// package documentation).
+// NodeKeys are the Redis keys of one lock (see the key schema in package
+// lock's documentation).
 type NodeKeys struct {
 	Lock      string // hash owner -> hold count
 	Fence     string // fencing counter, never deleted by a release
@@ -62,7 +63,7 @@ type NodeKeys struct {
 
 // Keys returns the keys of the lock named key.
 func (n Node) Keys(key string) NodeKeys {
-	k := lockKeys(n.pfx(), key)
+	k := LockKeys(n.pfx(), key)
 	return NodeKeys{Lock: k[0], Fence: k[1], Queue: k[2], Deadlines: k[3]}
 }
 
@@ -80,7 +81,7 @@ func (n Node) WaiterID(clientID string, seq uint64) string {
 
 // NodeAcquire describes one acquisition attempt on one server.
 type NodeAcquire struct {
-	// Owner is the lock owner (see WithOwner). Required.
+	// Owner is the lock owner (see lock.WithOwner). Required.
 	Owner string
 	// TTL is the hold's time to live, at least a millisecond.
 	TTL time.Duration
@@ -103,9 +104,9 @@ type NodeAcquire struct {
 	Request string
 	// Floor, if positive, is the lowest fencing token a fresh acquisition
 	// takes, in microseconds since the Unix epoch, used instead of the
-	// server's clock (see the package documentation): a caller that
-	// acquires on several servers passes one clock reading to all of them
-	// so that their tokens agree. Default: the server's clock.
+	// server's clock (see Fencing in package lock's documentation): a
+	// caller that acquires on several servers passes one clock reading to
+	// all of them so that their tokens agree. Default: the server's clock.
 	Floor int64
 }
 
@@ -138,7 +139,7 @@ func (n Node) Acquire(ctx context.Context, rdb redis.Scripter, key string, a Nod
 	if err != nil {
 		return NodeResult{}, err
 	}
-	return parseAcquire(keys[0], acquireScript.Run(ctx, rdb, keys, args...))
+	return parseAcquire(keys[0], AcquireScript.Run(ctx, rdb, keys, args...))
 }
 
 // AcquireGo is Acquire without waiting: fn gets its result.
@@ -148,7 +149,7 @@ func (n Node) AcquireGo(ctx context.Context, rdb AsyncScripter, key string, a No
 		fn(NodeResult{}, err)
 		return
 	}
-	rdb.Go(ctx, acquireScript, keys, args, func(cmd *redis.Cmd) { fn(parseAcquire(keys[0], cmd)) })
+	rdb.Go(ctx, AcquireScript, keys, args, func(cmd *redis.Cmd) { fn(parseAcquire(keys[0], cmd)) })
 }
 
 func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
@@ -165,7 +166,7 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 	if strings.Contains(a.Waiter, "|") || strings.HasPrefix(a.Owner, "\x00") {
 		return nil, nil, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
 	}
-	return lockKeys(n.pfx(), key), []any{a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
+	return LockKeys(n.pfx(), key), []any{a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
 		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued, a.Request, max(a.Floor, 0)}, nil
 }
 
@@ -207,25 +208,25 @@ type NodeRelease struct {
 
 // Release drops one hold level of key on rdb (release.lua); at zero it
 // deletes the lock and passes it to the first live queued waiter: a
-// Client's waiter is granted it, a Node waiter (WaiterID) is woken on its
-// client's wake-up channel. It returns the levels left (0: freed), or -1 if the
-// owner did not hold the lock.
+// lock.Client's waiter is granted it, a Node waiter (WaiterID) is woken on
+// its client's wake-up channel. It returns the levels left (0: freed), or -1
+// if the owner did not hold the lock.
 func (n Node) Release(ctx context.Context, rdb redis.Scripter, key string, r NodeRelease) (int64, error) {
 	keys, args := n.releaseArgs(key, r)
-	return parseRelease(keys[0], releaseScript.Run(ctx, rdb, keys, args...))
+	return parseRelease(keys[0], ReleaseScript.Run(ctx, rdb, keys, args...))
 }
 
 // ReleaseGo is Release without waiting: fn gets its result.
 func (n Node) ReleaseGo(ctx context.Context, rdb AsyncScripter, key string, r NodeRelease, fn func(int64, error)) {
 	keys, args := n.releaseArgs(key, r)
-	rdb.Go(ctx, releaseScript, keys, args, func(cmd *redis.Cmd) { fn(parseRelease(keys[0], cmd)) })
+	rdb.Go(ctx, ReleaseScript, keys, args, func(cmd *redis.Cmd) { fn(parseRelease(keys[0], cmd)) })
 }
 
 func (n Node) releaseArgs(key string, r NodeRelease) ([]string, []any) {
 	if r.Window <= 0 {
 		r.Window = DefaultReleaseWindow
 	}
-	k := lockKeys(n.pfx(), key)
+	k := LockKeys(n.pfx(), key)
 	return []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1]},
 		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx(), r.Level}
 }
@@ -244,8 +245,8 @@ func parseRelease(lockKey string, cmd *redis.Cmd) (int64, error) {
 // losing the one level belongs to is not renewed. It reports whether the
 // hold was renewed.
 func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner, level string, ttl time.Duration) (bool, error) {
-	k := lockKeys(n.pfx(), key)
-	v, err := renewScript.Run(ctx, rdb, k[:1], owner, max(ttl.Milliseconds(), 1), "", level).Int64()
+	k := LockKeys(n.pfx(), key)
+	v, err := RenewScript.Run(ctx, rdb, k[:1], owner, max(ttl.Milliseconds(), 1), "", level).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: renew %q: %w", k[0], err)
 	}
@@ -256,8 +257,8 @@ func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner, level s
 // lock is free, passes it to the next live waiter as Release does. It reports whether
 // the waiter was queued.
 func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string) (bool, error) {
-	k := lockKeys(n.pfx(), key)
-	v, err := leaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1]}, waiter, n.wakePfx()).Int64()
+	k := LockKeys(n.pfx(), key)
+	v, err := LeaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1]}, waiter, n.wakePfx()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: leave %q: %w", k[0], err)
 	}
@@ -324,7 +325,7 @@ func (n Node) Handoff(ctx context.Context, rdb redis.Scripter, key string, h Nod
 	if err != nil {
 		return NodeHandoffResult{}, err
 	}
-	return parseHandoff(keys[0], handoffScript.Run(ctx, rdb, keys, args...))
+	return parseHandoff(keys[0], HandoffScript.Run(ctx, rdb, keys, args...))
 }
 
 // HandoffGo is Handoff without waiting: fn gets its result.
@@ -334,7 +335,7 @@ func (n Node) HandoffGo(ctx context.Context, rdb AsyncScripter, key string, h No
 		fn(NodeHandoffResult{}, err)
 		return
 	}
-	rdb.Go(ctx, handoffScript, keys, args, func(cmd *redis.Cmd) { fn(parseHandoff(keys[0], cmd)) })
+	rdb.Go(ctx, HandoffScript, keys, args, func(cmd *redis.Cmd) { fn(parseHandoff(keys[0], cmd)) })
 }
 
 func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {
@@ -344,7 +345,7 @@ func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {
 	if h.Window <= 0 {
 		h.Window = DefaultReleaseWindow
 	}
-	keys := lockKeys(n.pfx(), key)
+	keys := LockKeys(n.pfx(), key)
 	if h.Request != "" {
 		keys = append(keys, keys[0]+":r:"+h.Request)
 	}

@@ -1,0 +1,76 @@
+package hashlock
+
+import (
+	_ "embed"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts, one file each (see the header of each for KEYS and ARGV).
+// They run with Script.Run: EVALSHA, and EVAL once after NOSCRIPT. The
+// scripts that take or pass the lock are composed (withHelpers): fence.lua
+// (fencing tokens, the clock, the hash's fields), then queue.lua (the wait
+// queue, grants).
+var (
+	//go:embed lua/fence.lua
+	fenceLua string
+	//go:embed lua/queue.lua
+	queueLua string
+	//go:embed lua/acquire.lua
+	acquireLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/handoff.lua
+	handoffLua string
+	//go:embed lua/renew.lua
+	renewLua string
+	//go:embed lua/leave.lua
+	leaveLua string
+	//go:embed lua/force_release.lua
+	forceReleaseLua string
+	//go:embed lua/inspect.lua
+	inspectLua string
+)
+
+// The scripts of the hash lock. lock.Client runs them with arguments it
+// boxes once (see the header of each .lua file for KEYS and ARGV); Node
+// runs the first five for callers that hold no Client (redlock).
+var (
+	AcquireScript      = redis.NewScript(withHelpers(acquireLua))
+	ReleaseScript      = redis.NewScript(withHelpers(releaseLua))
+	HandoffScript      = redis.NewScript(withHelpers(handoffLua))
+	RenewScript        = redis.NewScript(renewLua)
+	LeaveScript        = redis.NewScript(withHelpers(leaveLua))
+	ForceReleaseScript = redis.NewScript(withHelpers(forceReleaseLua))
+	InspectScript      = redis.NewScript(inspectLua)
+)
+
+// queueMark is the line of a script after which queue.lua goes.
+const queueMark = "\n--#queue\n"
+
+// withHelpers puts fence.lua in front of body, and queue.lua in front too,
+// or in place of body's queueMark line if it has one: the common path that
+// body runs before the mark does not create queue.lua's closures (about
+// 0.3 µs of Redis time per call).
+func withHelpers(body string) string {
+	before, after, ok := strings.Cut(body, queueMark)
+	if !ok {
+		return fenceLua + queueLua + body
+	}
+	return fenceLua + before + "\n" + queueLua + after
+}
+
+// Scripts returns every script of the hash lock, by file name, so that
+// tests can load (SCRIPT LOAD) them or arm a fault on one by its SHA.
+func Scripts() map[string]*redis.Script {
+	return map[string]*redis.Script{
+		"acquire.lua":       AcquireScript,
+		"release.lua":       ReleaseScript,
+		"handoff.lua":       HandoffScript,
+		"renew.lua":         RenewScript,
+		"leave.lua":         LeaveScript,
+		"force_release.lua": ForceReleaseScript,
+		"inspect.lua":       InspectScript,
+	}
+}
