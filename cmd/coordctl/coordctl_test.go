@@ -209,9 +209,7 @@ func TestWorkersList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []interface {
-		Lease(context.Context, string) (*workerid.Lease, error)
-	}{rl, rl, zl, zl} {
+	for _, l := range []workerid.Leaser{rl, rl, zl, zl} {
 		lease, err := l.Lease(ctx, "orders")
 		if err != nil {
 			t.Fatal(err)

@@ -146,9 +146,7 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 	}
 	s.closers = append(s.closers, func() { s.segs.Close() })
 
-	var leaser interface {
-		Lease(context.Context, string) (*workerid.Lease, error)
-	}
+	var leaser workerid.Leaser
 	width := cfg.layout.WorkerBits
 	maxID := int64(1)<<width - 1
 	switch cfg.backend {
@@ -169,6 +167,7 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 	default:
 		return nil, usagef("unknown --lease-backend %q: want redis or zk", cfg.backend)
 	}
+	s.closers = append(s.closers, func() { leaser.Close() })
 	if s.lease, err = leaser.Lease(ctx, cfg.service); err != nil {
 		return nil, err
 	}

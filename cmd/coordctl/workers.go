@@ -30,7 +30,7 @@ func workersList(e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, c.timeout+5*time.Second)
 	defer cancel()
-	var holders []workerid.Holder
+	var l workerid.Leaser
 	switch *backend {
 	case "redis":
 		rdb, err := c.redisClient(ctx)
@@ -38,12 +38,8 @@ func workersList(e *env, args []string) error {
 			return err
 		}
 		defer rdb.Close()
-		l, err := workerid.NewRedis(rdb, workerid.WithMax(*max))
-		if err != nil {
+		if l, err = workerid.NewRedis(rdb, workerid.WithMax(*max)); err != nil {
 			return usagef("%v", err)
-		}
-		if holders, err = l.List(ctx, pos[0]); err != nil {
-			return listErr(err)
 		}
 	case "zk":
 		zc, err := c.zkConn(ctx)
@@ -51,15 +47,16 @@ func workersList(e *env, args []string) error {
 			return err
 		}
 		defer zc.Close()
-		l, err := workerid.NewZK(zc, workerid.WithMax(*max))
-		if err != nil {
+		if l, err = workerid.NewZK(zc, workerid.WithMax(*max)); err != nil {
 			return usagef("%v", err)
-		}
-		if holders, err = l.List(ctx, pos[0]); err != nil {
-			return listErr(err)
 		}
 	default:
 		return usagef("unknown --backend %q: want redis or zk", *backend)
+	}
+	defer l.Close()
+	holders, err := l.List(ctx, pos[0])
+	if err != nil {
+		return listErr(err)
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tHOST\tPID\tSINCE\tTTL")

@@ -62,17 +62,12 @@ func main() {
 	}
 }
 
-// leaser is what both backends offer.
-type leaser interface {
-	Lease(ctx context.Context, service string) (*workerid.Lease, error)
-}
-
 func run(ctx context.Context, c config, out io.Writer) error {
 	layout, err := presetByName(c.layout)
 	if err != nil {
 		return err
 	}
-	var l leaser
+	var l workerid.Leaser // what both backends offer
 	switch c.backend {
 	case "redis":
 		rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(c.redis, ",")})
@@ -92,6 +87,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	default:
 		return fmt.Errorf("unknown backend %q (want zk or redis)", c.backend)
 	}
+	defer l.Close()
 
 	lease, err := l.Lease(ctx, c.service)
 	if err != nil {

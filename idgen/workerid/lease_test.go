@@ -17,14 +17,9 @@ import (
 	"github.com/coordkit/coordkit/internal/testserver"
 )
 
-// leaser is what RedisLeaser and ZKLeaser have in common.
-type leaser interface {
-	Lease(ctx context.Context, service string) (*workerid.Lease, error)
-}
-
 // conn is a leaser on a connection of its own, as another process has.
 type conn struct {
-	leaser
+	workerid.Leaser
 	// delay holds every byte between this connection and the server for d.
 	delay func(d time.Duration)
 	// lose makes the server drop a lease taken through this connection
@@ -56,7 +51,7 @@ func backends() []backend {
 					t.Fatal(err)
 				}
 				return conn{
-					leaser: l,
+					Leaser: l,
 					delay:  p.SetLatency,
 					lose: func(t *testing.T, l *workerid.Lease) {
 						t.Helper()
@@ -76,7 +71,7 @@ func backends() []backend {
 				t.Helper()
 				l, c := zkLeaser(t, append(opts[:len(opts):len(opts)], workerid.WithRoot(root))...)
 				return conn{
-					leaser: l,
+					Leaser: l,
 					delay: func(d time.Duration) {
 						for _, p := range c.Proxies() {
 							p.SetLatency(d)

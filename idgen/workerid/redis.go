@@ -43,6 +43,13 @@ func NewRedis(rdb redis.UniversalClient, opts ...Option) (*RedisLeaser, error) {
 	return &RedisLeaser{rdb: rdb, opts: o, obs: observe.NewIDs("coordkit/workerid", o.logger, o.metrics)}, nil
 }
 
+// Close does nothing and returns nil: a RedisLeaser has no background work
+// of its own (each Lease's watchdog belongs to the Lease, and Release stops
+// it). It is there so that RedisLeaser implements Leaser, whose ZooKeeper
+// implementation has background work to stop. It does not close the Redis
+// client.
+func (r *RedisLeaser) Close() error { return nil }
+
 // Holder describes who holds a worker ID.
 type Holder struct {
 	ID    int64         `json:"id"`
