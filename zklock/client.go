@@ -155,10 +155,10 @@ type RWLocker struct {
 }
 
 // Read returns the shared side of the Client's read-write locks.
-func (c *Client) Read() *RWLocker { return &RWLocker{c: c, k: kindRead} }
+func (c *Client) Read() lock.Locker { return &RWLocker{c: c, k: kindRead} }
 
 // Write returns the exclusive side of the Client's read-write locks.
-func (c *Client) Write() *RWLocker { return &RWLocker{c: c, k: kindWrite} }
+func (c *Client) Write() lock.Locker { return &RWLocker{c: c, k: kindWrite} }
 
 // Obtain is Client.Obtain for this side of the read-write lock.
 func (l *RWLocker) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
@@ -272,3 +272,6 @@ func (c *Client) register(h *hold) error {
 func notObtained(ctx context.Context) error {
 	return errors.Join(lock.ErrNotObtained, ctx.Err())
 }
+
+// Client is a lock.RWLocker, as the Redis lock.RW is.
+var _ lock.RWLocker = (*Client)(nil)

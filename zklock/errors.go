@@ -23,7 +23,7 @@ var (
 	// ErrUpgrade is returned by the write side of a read-write lock when ctx's
 	// owner already holds the read side of the key on this Client: waiting
 	// for the write lock behind its own read lock would deadlock.
-	ErrUpgrade = errors.New("zklock: write lock requested by an owner that holds the read lock (upgrade would deadlock)")
+	ErrUpgrade = fmt.Errorf("zklock: write lock requested by an owner that holds the read lock (upgrade would deadlock): %w", lock.ErrUpgrade)
 	// ErrInvalidSessionTimeout is returned by New for a negative
 	// WithSessionTimeout.
 	ErrInvalidSessionTimeout = fmt.Errorf("zklock: negative session timeout: %w", lock.ErrInvalid)

@@ -1,0 +1,387 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/lockopt"
+	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+// ErrUpgrade is returned when an owner holding the read side of a key asks
+// for its write side: two readers doing so would wait for each other for
+// ever. Release the read side first. (The reverse, a writer taking the
+// read side, is allowed: a downgrade.)
+var ErrUpgrade = errors.New("lock: a reader cannot take the write side (release the read side first)")
+
+// RWLocker is the read-write lock of a backend: its two sides, each a
+// Locker. RW (Redis) and zklock.Client implement it.
+type RWLocker interface {
+	Read() Locker
+	Write() Locker
+}
+
+// RW is a reentrant read-write lock on Redis, as Redisson's RReadWriteLock:
+// readers share a key, a writer excludes readers and other writers. Its
+// sides are Read() and Write(), each a Locker (lock.Do works on either).
+//
+// For a key, with the client's prefix P, every key shares the hash tag
+// {key}:
+//
+//	P rw:{key}        hash    "w" writer owner, "wc" its count, "we" its expiry
+//	                          (server ms), "t" its fencing token, "r:<owner>" a reader's count
+//	P rw:{key}:r      zset    reader owner -> expiry (server ms)
+//	P rw:{key}:ww     zset    waiting writer -> deadline (server ms)
+//	P rw:{key}:fence  string  fencing counter; never deleted
+//	P rw:{key}:ch     channel a message when the lock becomes free for others
+//
+// Acquire, release and renew are one Lua script each (lua/rw_*.lua). Policy:
+// writer preference — a reader that holds nothing does not enter while a
+// writer waits, so a stream of readers cannot starve a writer (writers
+// among themselves are not ordered). The owner (from ctx, as for Client)
+// re-enters either side; the writer may take the read side too and keep
+// it after its write release (a downgrade); a reader asking for the write
+// side gets ErrUpgrade. Each write acquisition gets a fencing token larger
+// than every earlier one (the counter and the server's clock, as Client's);
+// a read lease's Token is the token of the last write, which says which
+// version it reads. Each hold expires on the server at its own deadline
+// (a crashed reader does not keep the lock while others renew) and is kept
+// alive by a watchdog; its loss closes Lost. Waiters listen on the key's
+// channel over the RW's one Pub/Sub connection: a write release wakes every
+// waiting reader at once (they all may enter), and the last read release
+// wakes the writers, who race for it.
+type RW struct {
+	rdb redis.UniversalClient
+	o   clientOptions
+	obs observe.Lock
+	err error
+
+	mu      sync.Mutex
+	closed  bool
+	ps      *redis.PubSub
+	psDone  chan struct{}
+	waiters map[string]map[chan struct{}]struct{} // by channel
+	leases  map[*rwLease]struct{}
+	quit    chan struct{}
+}
+
+var _ RWLocker = (*RW)(nil)
+
+// NewRW returns a read-write lock client on rdb, which it does not close.
+// Options that apply: WithPrefix, WithDefaultTTL, WithWaiterTimeout,
+// WithMetrics, WithMetricsKey, WithLogger, WithClock. Like New it returns
+// an RW even for invalid arguments: Err reports them.
+func NewRW(rdb redis.UniversalClient, opts ...ClientOption) *RW {
+	o := defaultClientOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	rw := &RW{rdb: rdb, o: o, waiters: map[string]map[chan struct{}]struct{}{},
+		leases: map[*rwLease]struct{}{}, quit: make(chan struct{})}
+	rw.obs = observe.NewLock("coordkit/lock.RW", o.logger, o.metrics, o.metricsKey, ErrClosed)
+	rw.err = checkClient(rdb, &o)
+	return rw
+}
+
+// Err returns the error NewRW found in its arguments, or nil.
+func (rw *RW) Err() error { return rw.err }
+
+// Read returns the shared side.
+func (rw *RW) Read() Locker { return rwSide{rw, "r"} }
+
+// Write returns the exclusive side.
+func (rw *RW) Write() Locker { return rwSide{rw, "w"} }
+
+type rwSide struct {
+	rw   *RW
+	mode string
+}
+
+func (s rwSide) Obtain(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return s.rw.obtain(ctx, s.mode, key, true, opts)
+}
+
+func (s rwSide) TryObtain(ctx context.Context, key string, opts ...Option) (Lease, error) {
+	return s.rw.obtain(ctx, s.mode, key, false, opts)
+}
+
+// rwKeys returns the hash, readers, waiting writers, fence and channel.
+func (rw *RW) rwKeys(key string) []string {
+	h := rw.o.prefix + "rw:{" + key + "}"
+	return []string{h, h + ":r", h + ":ww", h + ":fence", h + ":ch"}
+}
+
+func (rw *RW) obtain(ctx context.Context, mode, key string, wait bool, opts []Option) (Lease, error) {
+	begin := rw.o.now()
+	l, err := rw.obtainLease(ctx, mode, key, wait, opts)
+	if rw.o.metrics != nil {
+		rw.obs.Waited(key, rw.o.now().Sub(begin), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts []Option) (*rwLease, error) {
+	if rw.err != nil {
+		return nil, rw.err
+	}
+	o := lockopt.Apply(opts)
+	if err := checkObtain(key, &o, rw.o.ttl); err != nil {
+		return nil, err
+	}
+	ctx = ensureOwner(ctx)
+	owner, _ := OwnerFrom(ctx)
+	keys := rw.rwKeys(key)
+	var woken chan struct{}
+	if wait {
+		var err error
+		if woken, err = rw.listen(ctx, keys[4]); err != nil {
+			return nil, err
+		}
+		defer rw.unlisten(keys[4], woken)
+	}
+	waiter := ""
+	if wait && mode == "w" {
+		waiter = owner + "|" + NewOwner()
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		sent := rw.o.now()
+		res, err := rwAcquireScript.Run(ctx, rw.rdb, keys[:4], mode, owner, o.TTL.Milliseconds(), waiter,
+			rw.o.waiterTimeout.Milliseconds()).Int64Slice()
+		if err != nil {
+			if strings.Contains(err.Error(), "RW_UPGRADE") {
+				return nil, fmt.Errorf("%w: %q", ErrUpgrade, key)
+			}
+			if ctx.Err() != nil {
+				return nil, errors.Join(ErrNotObtained, ctx.Err())
+			}
+			return nil, fmt.Errorf("lock: rw %s acquire %q: %w", mode, key, err)
+		}
+		if len(res) >= 2 && res[0] == 1 {
+			return rw.newLease(mode, key, keys, owner, res[1], o, sent), nil
+		}
+		if !wait {
+			return nil, ErrNotObtained
+		}
+		d := rw.o.waiterTimeout / 3 // call in before the waiting writer is forgotten
+		if len(res) >= 2 && res[1] >= 0 {
+			d = min(d, time.Duration(res[1])*time.Millisecond+time.Millisecond)
+		}
+		if o.Retry != nil {
+			d = o.Retry(attempt)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-rw.quit:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			if waiter != "" {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				rw.rdb.ZRem(rctx, keys[2], waiter) // best effort: its deadline ends it anyway
+				cancel()
+			}
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		}
+	}
+}
+
+// listen registers a waiter on a key's channel, subscribing the RW's one
+// Pub/Sub connection to it if no one listens there yet. The subscription
+// is confirmed before the first attempt, so no release is missed.
+func (rw *RW) listen(ctx context.Context, ch string) (chan struct{}, error) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if rw.closed {
+		return nil, ErrClosed
+	}
+	w := make(chan struct{}, 1)
+	set := rw.waiters[ch]
+	if set == nil {
+		if rw.ps == nil {
+			rw.ps = rw.rdb.Subscribe(ctx)
+			rw.psDone = make(chan struct{})
+			msgs := rw.ps.Channel(redis.WithChannelSize(1024))
+			go func() { // owned by rw: Close closes ps, which ends msgs
+				defer close(rw.psDone)
+				for m := range msgs {
+					rw.mu.Lock()
+					for w := range rw.waiters[m.Channel] {
+						select {
+						case w <- struct{}{}:
+						default:
+						}
+					}
+					rw.mu.Unlock()
+				}
+			}()
+		}
+		if err := rw.ps.Subscribe(ctx, ch); err != nil {
+			return nil, fmt.Errorf("lock: rw subscribe: %w", err)
+		}
+		set = map[chan struct{}]struct{}{}
+		rw.waiters[ch] = set
+	}
+	set[w] = struct{}{}
+	return w, nil
+}
+
+func (rw *RW) unlisten(ch string, w chan struct{}) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	set := rw.waiters[ch]
+	delete(set, w)
+	if len(set) == 0 {
+		delete(rw.waiters, ch)
+		if rw.ps != nil && !rw.closed {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			rw.ps.Unsubscribe(ctx, ch) // best effort: a stray message only wakes no one
+			cancel()
+		}
+	}
+}
+
+// Close stops the client: waiting calls return ErrClosed, held leases stop
+// being renewed (Lost closes with cause ErrClosed; the holds expire after
+// their TTL unless released), the Pub/Sub connection closes.
+func (rw *RW) Close() error {
+	rw.mu.Lock()
+	if rw.closed {
+		rw.mu.Unlock()
+		return nil
+	}
+	rw.closed = true
+	close(rw.quit)
+	ps, done := rw.ps, rw.psDone
+	leases := make([]*rwLease, 0, len(rw.leases))
+	for l := range rw.leases {
+		leases = append(leases, l)
+	}
+	rw.mu.Unlock()
+	if ps != nil {
+		ps.Close()
+		<-done
+	}
+	for _, l := range leases {
+		l.wd.Lose(ErrClosed)
+	}
+	return nil
+}
+
+// rwLease is one level of a read or write hold.
+type rwLease struct {
+	rw    *RW
+	mode  string
+	key   string
+	keys  []string
+	owner string
+	token int64
+	since time.Time
+	wd    *watchdog.Watchdog
+
+	released bool // protected by rw.mu
+}
+
+func (rw *RW) newLease(mode, key string, keys []string, owner string, token int64, o obtainOptions, sent time.Time) *rwLease {
+	l := &rwLease{rw: rw, mode: mode, key: key, keys: keys, owner: owner, token: token, since: sent}
+	ttl := o.TTL.Milliseconds()
+	wd, err := watchdog.Start(watchdog.Config{
+		TTL:         o.TTL,
+		MaxHold:     o.MaxHold,
+		LastRenewed: sent,
+		Now:         rw.o.now,
+		Observer:    rwEvents{l},
+		Renew: func(ctx context.Context) error {
+			n, err := rwRenewScript.Run(ctx, rw.rdb, keys[:2], mode, owner, ttl).Int64()
+			switch {
+			case err != nil:
+				return fmt.Errorf("lock: rw renew %q: %w", key, err)
+			case n == 0:
+				return fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld)
+			}
+			return nil
+		},
+	})
+	if err != nil { // o was validated against MinTTL: this is a bug
+		panic(err)
+	}
+	l.wd = wd
+	rw.mu.Lock()
+	closed := rw.closed
+	if !closed {
+		rw.leases[l] = struct{}{}
+	}
+	rw.mu.Unlock()
+	if closed {
+		wd.Lose(ErrClosed)
+	}
+	return l
+}
+
+type rwEvents struct{ l *rwLease }
+
+func (e rwEvents) Renewed(err error) { e.l.rw.obs.Renewed(e.l.key, e.l.owner, e.l.token, err) }
+func (e rwEvents) Lost(cause error)  { e.l.rw.obs.Lost(e.l.key, e.l.owner, e.l.token, lostErr(cause)) }
+
+func (l *rwLease) Key() string           { return l.key }
+func (l *rwLease) Token() int64          { return l.token }
+func (l *rwLease) Lost() <-chan struct{} { return l.wd.Lost() }
+
+// Err and Until: see LeaseStatus.
+func (l *rwLease) Err() error       { return lostErr(l.wd.Err()) }
+func (l *rwLease) Until() time.Time { return l.wd.Until() }
+
+// Release drops one level of the hold; ErrNotHeld if it was no longer held.
+func (l *rwLease) Release(ctx context.Context) error {
+	err := l.release(ctx)
+	if l.rw.o.metrics != nil {
+		l.rw.obs.Released(l.key, err)
+	}
+	return err
+}
+
+func (l *rwLease) release(ctx context.Context) error {
+	rw := l.rw
+	rw.mu.Lock()
+	done := l.released
+	l.released = true
+	delete(rw.leases, l)
+	rw.mu.Unlock()
+	if done {
+		return ErrNotHeld
+	}
+	l.wd.Stop()
+	if rw.o.metrics != nil {
+		rw.obs.Held(l.key, rw.o.now().Sub(l.since))
+	}
+	n, err := rwReleaseScript.Run(ctx, rw.rdb, l.keys[:2], l.mode, l.owner, l.keys[4]).Int64()
+	if err != nil {
+		return fmt.Errorf("lock: rw release %q: %w (the hold expires after its TTL)", l.key, err)
+	}
+	if n < 0 {
+		return ErrNotHeld
+	}
+	return nil
+}

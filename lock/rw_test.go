@@ -1,0 +1,94 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/lock"
+)
+
+func newRW(t *testing.T, opts ...lock.ClientOption) *lock.RW {
+	t.Helper()
+	rdb := shared.Client(t)
+	rw := lock.NewRW(rdb, opts...)
+	if err := rw.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rw.Close() })
+	return rw
+}
+
+// TestRWCrashedReaderExpires: a reader whose process stopped (its client
+// closed: no more renewals) keeps its share only until its own TTL, even
+// while another reader renews the lock; then a writer gets in.
+func TestRWCrashedReaderExpires(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	key := uniqueKey(t)
+	crashed := lock.NewRW(shared.Client(t))
+	if _, err := crashed.Read().Obtain(ctx, key, lock.WithTTL(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	crashed.Close()
+	live := newRW(t)
+	r, err := live.Read().Obtain(ctx, key, lock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond) // live renews; the crashed reader's share runs out
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w, err := newRW(t).Write().Obtain(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("writer waited %v after the last live reader left", d)
+	}
+	w.Release(ctx)
+}
+
+// TestRWWriterLostOnVanish: the write hold deleted behind the writer's
+// back (ForceRelease-like: the hash deleted) is reported lost at the next
+// renewal, and a reader gets in.
+func TestRWWriterLostOnVanish(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	key := uniqueKey(t)
+	rw := newRW(t)
+	w, err := rw.Write().Obtain(ctx, key, lock.WithTTL(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared.Client(t).Del(ctx, lock.DefaultPrefix+"rw:{"+key+"}")
+	waitClosed(t, w.Lost(), 2*time.Second, "Lost of a vanished write hold")
+	if err := lock.LostCause(w); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("cause %v, want lock.ErrNotHeld", err)
+	}
+	r, err := newRW(t).Read().TryObtain(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release(ctx)
+	if err := w.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release of the lost write hold: %v", err)
+	}
+}
+
+// TestRWDo: lock.Do on either side, nested Do re-entering.
+func TestRWDo(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rw := newRW(t)
+	key := uniqueKey(t)
+	err := lock.Do(ctx, rw.Write(), key, func(ctx context.Context) error {
+		return lock.Do(ctx, rw.Read(), key, func(ctx context.Context) error { return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Read().TryObtain(ctx, ""); !errors.Is(err, lock.ErrInvalid) {
+		t.Fatalf("empty key: %v", err)
+	}
+}
