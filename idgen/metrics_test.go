@@ -1,7 +1,6 @@
 package idgen_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/internal/logtest"
 )
 
 type idMetrics struct {
@@ -32,27 +32,12 @@ func (m *idMetrics) ClockBackwards(_ time.Duration, err error) {
 	m.mu.Unlock()
 }
 
-type records struct {
-	mu  sync.Mutex
-	got []slog.Record
-}
-
-func (h *records) Enabled(context.Context, slog.Level) bool { return true }
-func (h *records) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.got = append(h.got, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *records) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *records) WithGroup(string) slog.Handler      { return h }
-
 // TestSnowflakeObserved: IDs issued are counted (Next and NextN), and a
 // clock stepped back beyond the tolerance is reported to the metrics on
 // every refusal and logged at Warn once for a burst of refusals.
 func TestSnowflakeObserved(t *testing.T) {
 	clk := newClock(t0)
-	m, logs := &idMetrics{}, &records{}
+	m, logs := &idMetrics{}, &logtest.Recorder{}
 	g, err := idgen.NewSnowflake(idgen.LayoutTwitter, 1, idgen.WithClock(clk.Now),
 		idgen.WithMetrics(m), idgen.WithLogger(slog.New(logs)))
 	if err != nil {
@@ -80,10 +65,8 @@ func TestSnowflakeObserved(t *testing.T) {
 	if len(m.backwards) != 3 || !errors.Is(m.backwards[0], idgen.ErrClockBackwards) {
 		t.Fatalf("ClockBackwards calls: %v", m.backwards)
 	}
-	logs.mu.Lock()
-	defer logs.mu.Unlock()
-	if len(logs.got) != 1 || logs.got[0].Level != slog.LevelWarn {
-		t.Fatalf("log records %v, want one Warn", logs.got)
+	if len(logs.Records()) != 1 || logs.Records()[0].Level != slog.LevelWarn {
+		t.Fatalf("log records %v, want one Warn", logs.Records())
 	}
 	if got := m.issued.Load(); got != 110 {
 		t.Fatalf("issued %d after refusals, want 110", got)

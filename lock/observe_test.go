@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/internal/locktest"
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
@@ -21,7 +22,7 @@ func TestObservability(t *testing.T) {
 	for _, name := range []string{"Client", "Simple"} {
 		t.Run(name, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
-			logs, m := &locktest.LogRecorder{}, &locktest.MetricsRecorder{}
+			logs, m := &logtest.Recorder{}, &locktest.MetricsRecorder{}
 			opts := []lock.ClientOption{lock.WithLogger(slog.New(logs)), lock.WithMetrics(m),
 				lock.WithMetricsKey(locktest.MetricsKey)}
 			var l lock.Locker

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/coordkit/coordkit/internal/locktest"
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/redlock"
 	"github.com/coordkit/coordkit/watchdog"
@@ -15,7 +16,7 @@ import (
 // loss (expired), with the key the metrics key function makes.
 func TestObservability(t *testing.T) {
 	rs := testserver.StartRedisMasters(t, 5)
-	logs, m := &locktest.LogRecorder{}, &locktest.MetricsRecorder{}
+	logs, m := &logtest.Recorder{}, &locktest.MetricsRecorder{}
 	c := newClient(t, rs, redlock.WithLogger(slog.New(logs)), redlock.WithMetrics(m),
 		redlock.WithMetricsKey(locktest.MetricsKey))
 	locktest.LossObserved(t, c, uniqueKey(t), logs, m, func() {

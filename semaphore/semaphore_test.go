@@ -66,36 +66,33 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// TestNeverMoreThanN: three clients' worth of goroutines (as three
-// processes) contend for N = 3 permits; at no moment do more than 3 hold
-// one, every goroutine gets permits, and every token is distinct.
-func TestNeverMoreThanN(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	name := newName(t)
-	var held, maxHeld, total atomic.Int64
+// contend runs perClient goroutines on each acquirer (each a client of its
+// own, as a process has) until d has passed, each acquiring, holding for
+// hold and releasing; it fails t on a token issued twice or a goroutine
+// that never got a permit, and returns the acquisitions and the most
+// permits held at once.
+func contend(t *testing.T, acquirers []func(context.Context) (lock.Lease, error), perClient int, hold, d time.Duration) (total, maxHeld int64) {
+	t.Helper()
+	ctx := ctxFor(t, d+30*time.Second)
+	var held, most, n atomic.Int64
 	var mu sync.Mutex
 	tokens := map[int64]bool{}
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
-	for range 3 {
-		c := newClient(t, shared.Addr(), semaphore.WithPermits(3))
-		for range 4 {
+	for _, acquire := range acquirers {
+		for range perClient {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n := 0
+				mine := 0
 				for time.Now().Before(deadline) {
-					p, err := c.Acquire(ctx, name)
+					p, err := acquire(ctx)
 					if err != nil {
 						t.Error(err)
 						return
 					}
 					h := held.Add(1)
-					for {
-						m := maxHeld.Load()
-						if h <= m || maxHeld.CompareAndSwap(m, h) {
-							break
-						}
+					for m := most.Load(); h > m && !most.CompareAndSwap(m, h); m = most.Load() {
 					}
 					mu.Lock()
 					if tokens[p.Token()] {
@@ -103,26 +100,40 @@ func TestNeverMoreThanN(t *testing.T) {
 					}
 					tokens[p.Token()] = true
 					mu.Unlock()
-					time.Sleep(time.Millisecond)
+					time.Sleep(hold)
 					held.Add(-1)
 					if err := p.Release(ctx); err != nil {
 						t.Error(err)
 						return
 					}
-					n++
-					total.Add(1)
+					mine++
+					n.Add(1)
 				}
-				if n == 0 {
+				if mine == 0 {
 					t.Error("a goroutine never got a permit")
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	if maxHeld.Load() != 3 {
-		t.Fatalf("at most %d permits held at once, want exactly 3", maxHeld.Load())
+	return n.Load(), most.Load()
+}
+
+// TestNeverMoreThanN: three clients' worth of goroutines (as three
+// processes) contend for N = 3 permits; at no moment do more than 3 hold
+// one, every goroutine gets permits, and every token is distinct.
+func TestNeverMoreThanN(t *testing.T) {
+	name := newName(t)
+	var acquirers []func(context.Context) (lock.Lease, error)
+	for range 3 {
+		c := newClient(t, shared.Addr(), semaphore.WithPermits(3))
+		acquirers = append(acquirers, func(ctx context.Context) (lock.Lease, error) { return c.Acquire(ctx, name) })
 	}
-	t.Logf("%d acquisitions in 2 s by 12 goroutines on 3 clients", total.Load())
+	total, most := contend(t, acquirers, 4, time.Millisecond, 2*time.Second)
+	if most != 3 {
+		t.Fatalf("at most %d permits held at once, want exactly 3", most)
+	}
+	t.Logf("%d acquisitions in 2 s by 12 goroutines on 3 clients", total)
 }
 
 // TestTryAcquireFull: with every permit held, TryAcquire fails at once with

@@ -1,9 +1,9 @@
 package semaphore_test
 
 import (
+	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,62 +44,21 @@ func newZK(t *testing.T, opts ...semaphore.ZKOption) (*semaphore.ZK, *testserver
 }
 
 // TestZKNeverMoreThanN: three sessions' worth of goroutines contend for N
-// = 3 permits: never more than 3 at once, every goroutine gets some, and
-// every token (the permit node's czxid) is distinct.
+// = 3 permits: never more than 3 at once (and, as holds outlast an
+// acquisition, at least 2), every goroutine gets some, and every token
+// (the permit node's czxid) is distinct.
 func TestZKNeverMoreThanN(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
 	name := newName(t)
-	var held, maxHeld, total atomic.Int64
-	var mu sync.Mutex
-	tokens := map[int64]bool{}
-	deadline := time.Now().Add(3 * time.Second)
-	var wg sync.WaitGroup
+	var acquirers []func(context.Context) (lock.Lease, error)
 	for range 3 {
 		z, _ := newZK(t, semaphore.WithZKPermits(3))
-		for range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n := 0
-				for time.Now().Before(deadline) {
-					p, err := z.Acquire(ctx, name)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					h := held.Add(1)
-					for {
-						m := maxHeld.Load()
-						if h <= m || maxHeld.CompareAndSwap(m, h) {
-							break
-						}
-					}
-					mu.Lock()
-					if tokens[p.Token()] {
-						t.Errorf("token %d twice", p.Token())
-					}
-					tokens[p.Token()] = true
-					mu.Unlock()
-					time.Sleep(150 * time.Millisecond) // longer than an acquisition: permits overlap
-					held.Add(-1)
-					if err := p.Release(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-					n++
-					total.Add(1)
-				}
-				if n == 0 {
-					t.Error("a goroutine never got a permit")
-				}
-			}()
-		}
+		acquirers = append(acquirers, func(ctx context.Context) (lock.Lease, error) { return z.Acquire(ctx, name) })
 	}
-	wg.Wait()
-	if maxHeld.Load() > 3 || maxHeld.Load() < 2 {
-		t.Fatalf("%d permits held at once, N = 3 (and holds longer than an acquisition)", maxHeld.Load())
+	total, most := contend(t, acquirers, 3, 150*time.Millisecond, 3*time.Second)
+	if most > 3 || most < 2 {
+		t.Fatalf("%d permits held at once, N = 3 (and holds longer than an acquisition)", most)
 	}
-	t.Logf("%d acquisitions in 3 s by 9 goroutines on 3 sessions, at most %d at once", total.Load(), maxHeld.Load())
+	t.Logf("%d acquisitions in 3 s by 9 goroutines on 3 sessions, at most %d at once", total, most)
 }
 
 // TestZKFullAndExpiry: with every permit held, TryAcquire fails with

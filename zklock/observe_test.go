@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/coordkit/coordkit/internal/locktest"
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/zklock"
 )
@@ -14,7 +15,7 @@ import (
 // the loss (session expired), with the key the metrics key function makes.
 func TestObservability(t *testing.T) {
 	z := testserver.StartZooKeeper(t)
-	logs, m := &locktest.LogRecorder{}, &locktest.MetricsRecorder{}
+	logs, m := &logtest.Recorder{}, &locktest.MetricsRecorder{}
 	c := newClient(t, dial(t, z, sessionTimeout), zklock.WithSessionTimeout(sessionTimeout),
 		zklock.WithLogger(slog.New(logs)), zklock.WithMetrics(m), zklock.WithMetricsKey(locktest.MetricsKey))
 	locktest.LossObserved(t, c, "observe", logs, m, func() {

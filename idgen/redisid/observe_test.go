@@ -1,7 +1,6 @@
 package redisid_test
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"testing"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/idgen/redisid"
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/coordkit/coordkit/internal/testserver"
 )
 
@@ -42,28 +42,13 @@ func (m *segMetrics) SegmentWaited(tag string, _ time.Duration) {
 	m.mu.Unlock()
 }
 
-type records struct {
-	mu  sync.Mutex
-	got []slog.Record
-}
-
-func (h *records) Enabled(context.Context, slog.Level) bool { return true }
-func (h *records) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.got = append(h.got, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *records) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *records) WithGroup(string) slog.Handler      { return h }
-
 // TestSegmentsObserved: Redis killed while a tag is served: the background
 // prefetch that fails is logged (Warn, with the tag) and reported, the IDs
 // served from memory are counted, and the Next that finds both segments
 // used up reports its wait.
 func TestSegmentsObserved(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	m, logs := &segMetrics{tags: map[string]bool{}}, &records{}
+	m, logs := &segMetrics{tags: map[string]bool{}}, &logtest.Recorder{}
 	s := newSegments(t, srv.Client(t), redisid.WithStepBounds(1000, 1000),
 		redisid.WithMetrics(m), redisid.WithLogger(slog.New(logs)), redisid.WithFetchTimeout(time.Second))
 	ctx := ctxT(t)
@@ -94,15 +79,13 @@ func TestSegmentsObserved(t *testing.T) {
 	if len(m.fetched) < 2 || m.fetched[0] != nil || failed == 0 {
 		t.Fatalf("fetches reported: %v", m.fetched)
 	}
-	logs.mu.Lock()
-	defer logs.mu.Unlock()
 	var warned bool
-	for _, r := range logs.got {
+	for _, r := range logs.Records() {
 		if r.Message == "segment fetch failed" && r.Level == slog.LevelWarn {
 			warned = true
 		}
 	}
 	if !warned {
-		t.Fatalf("no Warn \"segment fetch failed\" in %v", logs.got)
+		t.Fatalf("no Warn \"segment fetch failed\" in %v", logs.Records())
 	}
 }

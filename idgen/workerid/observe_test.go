@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/idgen/workerid"
+	"github.com/coordkit/coordkit/internal/logtest"
 )
 
 type leaseMetrics struct {
@@ -24,21 +25,6 @@ func (m *leaseMetrics) LeaseLost(service string, worker int64, cause error) {
 	m.mu.Unlock()
 }
 
-type records struct {
-	mu  sync.Mutex
-	got []slog.Record
-}
-
-func (h *records) Enabled(context.Context, slog.Level) bool { return true }
-func (h *records) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.got = append(h.got, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *records) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *records) WithGroup(string) slog.Handler      { return h }
-
 // TestLeaseLossObserved: a lease the server drops (Redis: its key deleted;
 // ZooKeeper: its session expired) is logged at Error with the service and
 // worker ID, and reported once to LeaseLost; a lease released is neither.
@@ -47,7 +33,7 @@ func TestLeaseLossObserved(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			m, logs := &leaseMetrics{}, &records{}
+			m, logs := &leaseMetrics{}, &logtest.Recorder{}
 			c := b.start(t)(workerid.WithMetrics(m), workerid.WithLogger(slog.New(logs)))
 			l, err := c.Lease(ctx, "svc")
 			if err != nil {
@@ -72,21 +58,18 @@ func TestLeaseLossObserved(t *testing.T) {
 			if len(lost) != 1 || lost[0] != "svc" {
 				t.Fatalf("LeaseLost calls: %q, want one for svc", lost)
 			}
-			logs.mu.Lock()
-			defer logs.mu.Unlock()
 			var found bool
-			for _, r := range logs.got {
+			for _, r := range logs.Records() {
 				if r.Level != slog.LevelError {
 					continue
 				}
-				attrs := map[string]any{}
-				r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.Any(); return true })
+				attrs := logtest.Attrs(r)
 				if attrs["service"] == "svc" && attrs["worker"] == l.ID() && errors.Is(attrs["cause"].(error), l.Err()) {
 					found = true
 				}
 			}
 			if !found {
-				t.Fatalf("no Error record for worker %d in %v", l.ID(), logs.got)
+				t.Fatalf("no Error record for worker %d in %v", l.ID(), logs.Records())
 			}
 		})
 	}

@@ -9,38 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/coordkit/coordkit/lock"
 )
-
-// LogRecorder is a slog.Handler that keeps every record.
-type LogRecorder struct {
-	mu  sync.Mutex
-	got []slog.Record
-}
-
-func (h *LogRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *LogRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.got = append(h.got, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *LogRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *LogRecorder) WithGroup(string) slog.Handler      { return h }
-
-// Find returns the first record with msg, and its attributes by key.
-func (h *LogRecorder) Find(msg string) (slog.Record, map[string]any, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range h.got {
-		if r.Message == msg {
-			attrs := map[string]any{}
-			r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.Any(); return true })
-			return r, attrs, true
-		}
-	}
-	return slog.Record{}, nil, false
-}
 
 // MetricsRecorder keeps the hooks' calls as "hook key" strings and the
 // errors they carried.
@@ -91,7 +62,7 @@ func MetricsKey(string) string { return "orders" }
 // with key, owner and token and a cause matching lock.ErrLockLost and
 // cause, and the hooks' calls, each with the mapped key: one obtain, at
 // least one failed renewal, one loss, one release with Release's error.
-func LossObserved(t testing.TB, l lock.Locker, key string, logs *LogRecorder, m *MetricsRecorder, fail func(), cause error) {
+func LossObserved(t testing.TB, l lock.Locker, key string, logs *logtest.Recorder, m *MetricsRecorder, fail func(), cause error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
