@@ -28,7 +28,7 @@ import (
 // KEYS[1] the last accepted token of the key, KEYS[2] the list of accepted
 // writes ("hold token", in acceptance order).
 // ARGV[1] the writer's token, ARGV[2] its hold id.
-// Returns 1 if accepted (token larger than the last accepted), else 0.
+// Returns 1 if accepted (token not smaller than the last accepted), else 0.
 //
 //go:embed cas.lua
 var casLua string
