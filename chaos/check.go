@@ -300,13 +300,16 @@ func (r *Result) checkStaleWrites(in Input) {
 }
 
 // documentedFaults are the faults under which a backend's doc says two
-// holders can overlap (the old one told by Lost, within reportBound).
+// holders can overlap (the old one told by Lost, within reportBound): for
+// the Redis locks, Redis losing the lock (restarted without it or from an
+// older snapshot, its hash deleted; for Redlock, on a majority of masters)
+// and a holder stopped past its lease.
 func documentedFaults(backend string) map[string]bool {
 	switch backend {
 	case "lock", "fair":
-		return map[string]bool{fRestartNoData: true, fRestartSnapshot: true, fClientPause: true}
+		return map[string]bool{fRestartNoData: true, fRestartSnapshot: true, fClientPause: true, fLockDelete: true}
 	case "redlock":
-		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true}
+		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true, fLockDelete: true}
 	case "zk":
 		return map[string]bool{fClientPause: true}
 	}
@@ -318,9 +321,12 @@ const reportSlack = 750 * time.Millisecond
 
 // reportBound is how long after the other holder's acquisition (or after the
 // holder's process resumed) the doc lets Lost take: the Redis locks renew
-// every TTL/3 (lock/doc.go, redlock/doc.go); zklock reports the loss before
-// another client can hold the lock (zklock/doc.go), so only a paused holder
-// learns late, when it runs again.
+// every TTL/3, and a hold that Redis lost (restarted, deleted: lock-delete)
+// is reported at the next renewal at the latest (lock/doc.go,
+// redlock/doc.go); the other holder acquired after the loss, so within
+// TTL/3 of that. zklock reports the loss before another client can hold
+// the lock (zklock/doc.go), so only a paused holder learns late, when it
+// runs again.
 func reportBound(in Input) time.Duration {
 	if in.Backend == "zk" {
 		return reportSlack
