@@ -568,9 +568,9 @@ const lockDeleteEvery = 2 * time.Millisecond
 // is reported lost at its next renewal, or at once when its owner obtains
 // the key again through the same Client (lock/doc.go; for Redlock, whose
 // re-entry is counted in process, at the next renewal: redlock/doc.go).
-// Many deletions in a row make it likely that a hold is deleted in the
-// middle of its section, and that another client takes the key before the
-// holder learns of it. It returns the targets and a summary.
+// Many deletions in a row make it likely that a section re-enters its key
+// after its hold was deleted, and that another client held the key in
+// between. It returns the targets and a summary.
 func (e *env) deleteLocks(ctx context.Context, s step) (string, string, error) {
 	prefix, n := lock.DefaultPrefix, 1
 	if e.cfg.backend == "redlock" {
