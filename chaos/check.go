@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -175,7 +176,8 @@ func (r *Result) countViolations(kind string) int {
 }
 
 // excerpt is every event of the given holds (and of their re-entries), in
-// time order, stamped with milliseconds from the first.
+// time order, stamped with milliseconds from the first; cut to the events
+// that show the anomaly when longer than maxExcerpt (trimExcerpt).
 func excerpt(hs ...*Hold) []string {
 	var evs []Event
 	seen := map[*Hold]bool{}
@@ -195,6 +197,7 @@ func excerpt(hs ...*Hold) []string {
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Mono < evs[j].Mono })
 	t0 := evs[0].Mono
+	evs, cut := trimExcerpt(evs, hs)
 	var out []string
 	for _, e := range evs {
 		var b strings.Builder
@@ -210,7 +213,62 @@ func excerpt(hs ...*Hold) []string {
 		}
 		out = append(out, b.String())
 	}
+	if cut > 0 {
+		out = append(out, fmt.Sprintf("(%d more events of these holds left out: invocations, reads, and writes outside the overlap)", cut))
+	}
 	return out
+}
+
+// maxExcerpt is the most events an excerpt shows.
+const maxExcerpt = 40
+
+// trimExcerpt cuts evs, the events of holds hs in time order, to at most
+// maxExcerpt when it is longer: the acquisitions, failures, losses and
+// releases, and the answered writes made while the holds overlapped (from
+// the last acquisition to the first end; every write if they did not
+// overlap), the middle ones of those left out if there are still too many.
+// It returns the events kept and how many it left out.
+func trimExcerpt(evs []Event, hs []*Hold) ([]Event, int) {
+	if len(evs) <= maxExcerpt {
+		return evs, 0
+	}
+	from, to := int64(math.MinInt64), int64(math.MaxInt64)
+	for _, h := range hs {
+		if h != nil && h.Acquired != 0 {
+			from, to = max(from, h.Acquired), min(to, h.end())
+		}
+	}
+	if from > to {
+		from, to = math.MinInt64, math.MaxInt64
+	}
+	keep := make([]Event, 0, maxExcerpt)
+	var writes []int // indexes into keep
+	for _, e := range evs {
+		switch e.Op {
+		case opAcquired, opFail, opLost, opRelease, opReleased:
+			keep = append(keep, e)
+		case opCAS, opWrite:
+			if e.Mono >= from && e.Mono <= to {
+				writes = append(writes, len(keep))
+				keep = append(keep, e)
+			}
+		}
+	}
+	if extra := len(keep) - maxExcerpt; extra > 0 {
+		drop := map[int]bool{}
+		lo := max(0, (len(writes)-extra)/2)
+		for _, i := range writes[lo:min(len(writes), lo+extra)] {
+			drop[i] = true
+		}
+		kept := keep[:0]
+		for i, e := range keep {
+			if !drop[i] {
+				kept = append(kept, e)
+			}
+		}
+		keep = kept
+	}
+	return keep, len(evs) - len(keep)
 }
 
 // Check runs every checker on in.

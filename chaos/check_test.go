@@ -327,3 +327,54 @@ func TestPlanIsSeeded(t *testing.T) {
 		}
 	}
 }
+
+// TestExcerptCut: a violation's excerpt longer than maxExcerpt keeps the
+// two holds' acquisitions, losses and releases and the writes made while
+// they overlapped; a short one keeps every event.
+func TestExcerptCut(t *testing.T) {
+	var h hist
+	h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+	h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+	for i := range int64(30) { // writes before the overlap
+		h.add(2+i, "a", opCASInv, "k0", "a/0/1", 100, "", 0)
+		h.add(2+i, "a", opCAS, "k0", "a/0/1", 100, "ok", 0)
+	}
+	h.add(40, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
+	h.add(41, "b", opAcquired, "k0", "b/0/1", 101, "", 0)
+	h.add(42, "b", opCASInv, "k0", "b/0/1", 101, "", 0)
+	h.add(42, "b", opCAS, "k0", "b/0/1", 101, "ok", 0)
+	h.add(43, "a", opCASInv, "k0", "a/0/1", 100, "", 0)
+	h.add(43, "a", opCAS, "k0", "a/0/1", 100, "refused", 0)
+	h.add(44, "b", opRelease, "k0", "b/0/1", 101, "", 0)
+	h.add(45, "b", opReleased, "k0", "b/0/1", 101, "ok", 0)
+	h.add(46, "a", opLost, "k0", "a/0/1", 100, "", 0)
+	h.add(47, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+	h.add(48, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+	r := Check(Input{Backend: "zk", Life: time.Second, Events: h.evs})
+	if r.Anomalies[aOverlapUndoc] != 1 || len(r.Violations) == 0 {
+		t.Fatalf("anomalies %v, violations %d", r.Anomalies, len(r.Violations))
+	}
+	ex := r.Violations[0].Excerpt
+	if len(ex) > maxExcerpt+1 {
+		t.Fatalf("excerpt of %d lines:\n%s", len(ex), strings.Join(ex, "\n"))
+	}
+	text := strings.Join(ex, "\n")
+	for _, want := range []string{"acquired k0        a/0/1 tok=100", "acquired k0        b/0/1 tok=101",
+		"cas      k0        b/0/1 tok=101 ok", "cas      k0        a/0/1 tok=100 refused", "lost ", "notheld", "left out"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("excerpt lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Count(text, "cas ") != 2 || strings.Contains(text, "invoke") {
+		t.Errorf("excerpt keeps writes outside the overlap or invocations:\n%s", text)
+	}
+	var short hist
+	short.section(0, 50, "a", "k0", "a/0/1", 100, 0, "ok")
+	short.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+	r = Check(Input{Backend: "lock", Life: time.Second, Events: short.evs})
+	for _, v := range r.Violations {
+		if v.Kind == aOverlapUnrep && len(v.Excerpt) != len(short.evs) {
+			t.Errorf("short excerpt cut to %d of %d events", len(v.Excerpt), len(short.evs))
+		}
+	}
+}
