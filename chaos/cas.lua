@@ -1,5 +1,7 @@
--- The protected resource's fenced write: accept a token only if it is
--- larger than the last accepted one for the key.
+-- The protected resource's fenced write: refuse a token smaller than the
+-- last accepted one for the key. An equal token is the same hold writing
+-- again (a second write of a section, or a write from a re-entered level,
+-- which carries the hold's token).
 --
 -- KEYS[1] the key's last accepted token
 -- KEYS[2] the key's list of accepted writes, "hold token" in acceptance order
@@ -9,7 +11,7 @@
 -- Returns 1 if the write was accepted, 0 if refused.
 local last = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local tok = tonumber(ARGV[1])
-if tok <= last then
+if tok < last then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1])

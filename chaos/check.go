@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -23,24 +24,64 @@ type Hold struct {
 	Released int64 // release answered
 	RelRes   string
 	Last     int64 // last event of the hold
-	invoked  bool
-	events   []Event
+	// Outer is a re-entry's outer hold (the lock.Do it is nested in), ""
+	// for an outermost lock.Do.
+	Outer     string
+	outer     *Hold
+	level     bool    // a re-entry that carried its outer hold's token: one more level of it, not a hold
+	levels    []*Hold // this hold's levels
+	reentries []*Hold // this hold's re-entries that acquired: its levels and new holds
+	invoked   bool
+	events    []Event
+}
+
+// reentryAfter is when the first of h's re-entries that returned after t
+// returned, or 0.
+func (h *Hold) reentryAfter(t int64) int64 {
+	var at int64
+	for _, r := range h.reentries {
+		if r.Acquired > t && (at == 0 || r.Acquired < at) {
+			at = r.Acquired
+		}
+	}
+	return at
+}
+
+// owning is the hold a level belongs to: h's outer hold if h is a level of
+// it, else h.
+func (h *Hold) owning() *Hold {
+	if h.level {
+		return h.outer
+	}
+	return h
 }
 
 // reportedAt is when the holder learned that the hold was gone (Lost closed,
-// or the release answered "not held"), or 0.
+// or the release of the hold or of one of its levels answered "not held"),
+// or 0.
 func (h *Hold) reportedAt() int64 {
 	at := h.Lost
-	if h.RelRes == "notheld" && (at == 0 || h.Released < at) {
-		at = h.Released
+	for _, l := range append([]*Hold{h}, h.levels...) {
+		if l.RelRes == "notheld" && (at == 0 || l.Released < at) {
+			at = l.Released
+		}
 	}
 	return at
 }
 
 // end is when the holder stopped believing it held the lock: the release's
 // invocation or the loss, whichever came first; for a process that died
-// holding, its last event.
+// holding, its last event. A hold lasts at least as long as its levels.
 func (h *Hold) end() int64 {
+	e := h.ownEnd()
+	for _, l := range h.levels {
+		e = max(e, l.ownEnd())
+	}
+	return e
+}
+
+// ownEnd is end without the levels.
+func (h *Hold) ownEnd() int64 {
 	switch {
 	case h.Release != 0 && h.Lost != 0:
 		return min(h.Release, h.Lost)
@@ -77,6 +118,7 @@ const (
 	aStuck          = "key-stuck-after-heal"
 	aLiveness       = "liveness-bound-exceeded"
 	aMalformed      = "malformed-history"
+	aReentryToken   = "reentry-token"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -85,6 +127,9 @@ const (
 	iTimeouts       = "acquire-timeout"
 	iLivenessMaxGap = "liveness-max-gap-ms"
 	iDeficit        = "counter-deficit"
+	iReentries      = "reentries"
+	iReentryNew     = "reentry-new-hold"
+	iReentryFail    = "reentry-failed"
 )
 
 // Violation is one anomaly with the shortest excerpt of history that shows it.
@@ -130,20 +175,33 @@ func (r *Result) countViolations(kind string) int {
 	return n
 }
 
-// excerpt is every event of the given holds, in time order, stamped with
-// milliseconds from the first.
+// excerpt is every event of the given holds (and of their re-entries), in
+// time order, stamped with milliseconds from the first; cut to the events
+// that show the anomaly when longer than maxExcerpt (trimExcerpt).
 func excerpt(hs ...*Hold) []string {
 	var evs []Event
+	seen := map[*Hold]bool{}
 	for _, h := range hs {
-		if h != nil {
-			evs = append(evs, h.events...)
+		if h == nil {
+			continue
+		}
+		for _, x := range append([]*Hold{h}, h.reentries...) {
+			if !seen[x] {
+				seen[x] = true
+				evs = append(evs, x.events...)
+			}
 		}
 	}
+	if len(evs) == 0 {
+		return nil
+	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Mono < evs[j].Mono })
+	t0 := evs[0].Mono
+	evs, cut := trimExcerpt(evs, hs)
 	var out []string
 	for _, e := range evs {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%+9.3fms %-6s %-8s %-9s %s", float64(e.Mono-evs[0].Mono)/1e6, e.Proc, e.Op, e.Key, e.Hold)
+		fmt.Fprintf(&b, "%+9.3fms %-6s %-8s %-9s %s", float64(e.Mono-t0)/1e6, e.Proc, e.Op, e.Key, e.Hold)
 		if e.Token != 0 {
 			fmt.Fprintf(&b, " tok=%d", e.Token)
 		}
@@ -155,7 +213,62 @@ func excerpt(hs ...*Hold) []string {
 		}
 		out = append(out, b.String())
 	}
+	if cut > 0 {
+		out = append(out, fmt.Sprintf("(%d more events of these holds left out: invocations, reads, and writes outside the overlap)", cut))
+	}
 	return out
+}
+
+// maxExcerpt is the most events an excerpt shows.
+const maxExcerpt = 40
+
+// trimExcerpt cuts evs, the events of holds hs in time order, to at most
+// maxExcerpt when it is longer: the acquisitions, failures, losses and
+// releases, and the answered writes made while the holds overlapped (from
+// the last acquisition to the first end; every write if they did not
+// overlap), the middle ones of those left out if there are still too many.
+// It returns the events kept and how many it left out.
+func trimExcerpt(evs []Event, hs []*Hold) ([]Event, int) {
+	if len(evs) <= maxExcerpt {
+		return evs, 0
+	}
+	from, to := int64(math.MinInt64), int64(math.MaxInt64)
+	for _, h := range hs {
+		if h != nil && h.Acquired != 0 {
+			from, to = max(from, h.Acquired), min(to, h.end())
+		}
+	}
+	if from > to {
+		from, to = math.MinInt64, math.MaxInt64
+	}
+	keep := make([]Event, 0, maxExcerpt)
+	var writes []int // indexes into keep
+	for _, e := range evs {
+		switch e.Op {
+		case opAcquired, opFail, opLost, opRelease, opReleased:
+			keep = append(keep, e)
+		case opCAS, opWrite:
+			if e.Mono >= from && e.Mono <= to {
+				writes = append(writes, len(keep))
+				keep = append(keep, e)
+			}
+		}
+	}
+	if extra := len(keep) - maxExcerpt; extra > 0 {
+		drop := map[int]bool{}
+		lo := max(0, (len(writes)-extra)/2)
+		for _, i := range writes[lo:min(len(writes), lo+extra)] {
+			drop[i] = true
+		}
+		kept := keep[:0]
+		for i, e := range keep {
+			if !drop[i] {
+				kept = append(kept, e)
+			}
+		}
+		keep = kept
+	}
+	return keep, len(evs) - len(keep)
 }
 
 // Check runs every checker on in.
@@ -194,12 +307,14 @@ func (r *Result) build(in Input) {
 		h.Last = max(h.Last, e.Mono)
 		switch e.Op {
 		case opInvoke:
-			h.Invoke, h.Owner, h.invoked = e.Mono, e.Owner, true
+			h.Invoke, h.Owner, h.Outer, h.invoked = e.Mono, e.Owner, e.Outer, true
 		case opAcquired:
 			h.Acquired, h.Token = e.Mono, e.Token
 		case opFail:
 			h.Fail = e.Res
 			switch {
+			case strings.HasSuffix(e.Hold, reentrySuffix):
+				r.Info[iReentryFail]++
 			case e.Res == "timeout" || e.Res == "notobtained":
 				r.Info[iTimeouts]++
 			default:
@@ -237,7 +352,10 @@ func (r *Result) build(in Input) {
 			r.add(aMalformed, 1) // events of a hold without its invocation
 			continue
 		}
-		if h.Acquired != 0 {
+		if h.Outer != "" && !r.linkReentry(h) {
+			continue
+		}
+		if h.Acquired != 0 && !h.level {
 			r.Sections++
 			r.byKey[h.Key] = append(r.byKey[h.Key], h)
 		}
@@ -245,6 +363,45 @@ func (r *Result) build(in Input) {
 	for _, hs := range r.byKey {
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Acquired < hs[j].Acquired })
 	}
+}
+
+// linkReentry links the re-entry h to its outer hold. A re-entry that
+// carried the outer hold's token is a level of it: its events count as the
+// outer hold's, and the outer hold lasts as long as its levels do. One with
+// another token is a new acquisition, a hold of its own; the lock docs
+// allow that only when the outer hold was lost, and promise the loss was
+// reported before the new acquisition returned ("at once"), so a new token
+// while the outer hold was not reported lost is a hold revived as a level
+// of one Redis no longer had (issue 14, item 2). Either way the outer
+// holder believed it held the key as long as the re-entry ran.
+// linkReentry returns false for a malformed re-entry.
+func (r *Result) linkReentry(h *Hold) bool {
+	o := r.holds[h.Outer]
+	if o == nil || o.Outer != "" || o.Acquired == 0 || o.Proc != h.Proc || o.Key != h.Key || h.Invoke < o.Acquired {
+		r.add(aMalformed, 1)
+		return false
+	}
+	h.outer = o
+	o.Last = max(o.Last, h.Last)
+	if h.Acquired == 0 {
+		return true
+	}
+	o.reentries = append(o.reentries, h)
+	if h.Token == o.Token {
+		h.level = true
+		o.levels = append(o.levels, h)
+		r.Info[iReentries]++
+		if h.Lost != 0 && (o.Lost == 0 || h.Lost < o.Lost) {
+			o.Lost = h.Lost // the levels of a hold share its Lost
+		}
+		return true
+	}
+	r.Info[iReentryNew]++
+	if rep := o.reportedAt(); rep == 0 || rep > h.Acquired {
+		r.violate(aReentryToken, h.Key, fmt.Sprintf("%s re-entered %s with token %d while %s held it with token %d and was not told it had lost it",
+			h.ID, h.Key, h.Token, o.ID, o.Token), o, h)
+	}
+	return true
 }
 
 // checkTokens: every fresh acquisition's token is larger than the tokens of
@@ -288,6 +445,7 @@ func (r *Result) checkStaleWrites(in Input) {
 				r.violate(aUnknownWriter, key, fmt.Sprintf("accepted write of %s (token %d) matches no acquisition", w.Hold, w.Token))
 				continue
 			}
+			h = h.owning() // a level's write is its hold's
 			if newest != nil && newest.Invoke > h.Acquired {
 				r.violate(aStaleWrite, key, fmt.Sprintf("%s (token %d) wrote after %s (token %d), which began to acquire after %s held",
 					h.ID, h.Token, newest.ID, newest.Token, h.ID), newest, h)
@@ -300,13 +458,16 @@ func (r *Result) checkStaleWrites(in Input) {
 }
 
 // documentedFaults are the faults under which a backend's doc says two
-// holders can overlap (the old one told by Lost, within reportBound).
+// holders can overlap (the old one told by Lost, within reportBound): for
+// the Redis locks, Redis losing the lock (restarted without it or from an
+// older snapshot, its hash deleted; for Redlock, on a majority of masters)
+// and a holder stopped past its lease.
 func documentedFaults(backend string) map[string]bool {
 	switch backend {
 	case "lock", "fair":
-		return map[string]bool{fRestartNoData: true, fRestartSnapshot: true, fClientPause: true}
+		return map[string]bool{fRestartNoData: true, fRestartSnapshot: true, fClientPause: true, fLockDelete: true}
 	case "redlock":
-		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true}
+		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true, fLockDelete: true}
 	case "zk":
 		return map[string]bool{fClientPause: true}
 	}
@@ -318,9 +479,13 @@ const reportSlack = 750 * time.Millisecond
 
 // reportBound is how long after the other holder's acquisition (or after the
 // holder's process resumed) the doc lets Lost take: the Redis locks renew
-// every TTL/3 (lock/doc.go, redlock/doc.go); zklock reports the loss before
-// another client can hold the lock (zklock/doc.go), so only a paused holder
-// learns late, when it runs again.
+// every TTL/3, and a hold that Redis lost (restarted, deleted: lock-delete)
+// is reported at the next renewal at the latest (lock/doc.go,
+// redlock/doc.go); the other holder acquired after the loss, so within
+// TTL/3 of that. (lock's "at once" when the owner obtains the key again
+// through the same Client is checked apart: linkReentry.) zklock reports
+// the loss before another client can hold the lock (zklock/doc.go), so only
+// a paused holder learns late, when it runs again.
 func reportBound(in Input) time.Duration {
 	if in.Backend == "zk" {
 		return reportSlack
@@ -349,6 +514,12 @@ func (r *Result) checkOverlaps(in Input) map[[2]string]string {
 			}
 			active = keep
 			for _, a := range active {
+				if a.outer == b || b.outer == a {
+					// A re-entry that took a new hold while its outer hold
+					// was believed held: reentry-token, or the outer hold
+					// was reported lost first.
+					continue
+				}
 				cls := r.classify(in, doc, bound, a, b)
 				classes[[2]string{a.ID, b.ID}] = cls
 				if cls == dOverlap {
@@ -368,8 +539,12 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	// Reported: one of the two holders saw Lost (or a release answered
 	// "not held") within the bound after the overlap began (B's
 	// acquisition), counting from its process's resumption if it was
-	// stopped meanwhile.
+	// stopped meanwhile. On the Redis lock, A re-entering the key after B
+	// acquired it must have been told by the time that re-entry returned
+	// (lock/doc.go: "at once if its owner obtains the key again through the
+	// same Client"); Redlock and zklock count re-entry in process.
 	reported := false
+	atOnce := in.Backend == "lock" || in.Backend == "fair"
 	for _, h := range []*Hold{a, b} {
 		rep := h.reportedAt()
 		if rep == 0 {
@@ -384,7 +559,11 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 				from = max(from, min(p[1], rep))
 			}
 		}
-		if rep <= from+bound {
+		deadline := from + bound
+		if at := h.reentryAfter(b.Acquired); h == a && atOnce && at != 0 {
+			deadline = min(deadline, at)
+		}
+		if rep <= deadline {
 			reported = true
 		}
 	}
@@ -429,7 +608,7 @@ func (r *Result) checkLostUpdates(in Input, classes map[[2]string]string) {
 	for _, h := range r.holds {
 		for _, e := range h.events {
 			if e.Op == opWrite && e.Res == "ok" {
-				writers[kv{h.Key, e.Val}] = append(writers[kv{h.Key, e.Val}], h)
+				writers[kv{h.Key, e.Val}] = append(writers[kv{h.Key, e.Val}], h.owning())
 				okWrites[h.Key]++
 			}
 		}

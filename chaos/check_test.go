@@ -30,6 +30,39 @@ func (h *hist) section(t, end int64, proc, key, hold string, tok int64, v int64,
 	h.add(end+1, proc, opReleased, key, hold, tok, relRes, 0)
 }
 
+// reentry adds a nested lock.Do of outer's section: invoke at t, acquired
+// at t+1 with tok, a fenced write, release at end.
+func (h *hist) reentry(t, end int64, proc, key, outer string, tok int64, casRes string) {
+	hold := outer + reentrySuffix
+	h.add(t, proc, opInvoke, key, hold, 0, "", 0)
+	h.evs[len(h.evs)-1].Outer = outer
+	h.add(t+1, proc, opAcquired, key, hold, tok, "", 0)
+	h.add(t+2, proc, opCASInv, key, hold, tok, "", 0)
+	h.add(t+2, proc, opCAS, key, hold, tok, casRes, 0)
+	h.add(end, proc, opRelease, key, hold, tok, "", 0)
+	h.add(end+1, proc, opReleased, key, hold, tok, "ok", 0)
+}
+
+// outerStart adds the first part of a section that will re-enter: invoke
+// at t, acquired at t+1, fenced write, counter read of v and write of v+1.
+func (h *hist) outerStart(t int64, proc, key, hold string, tok, v int64) {
+	h.add(t, proc, opInvoke, key, hold, 0, "", 0)
+	h.add(t+1, proc, opAcquired, key, hold, tok, "", 0)
+	h.add(t+2, proc, opCASInv, key, hold, tok, "", 0)
+	h.add(t+2, proc, opCAS, key, hold, tok, "ok", 0)
+	h.add(t+3, proc, opRead, key, hold, 0, "ok", v)
+	h.add(t+3, proc, opWrite, key, hold, 0, "ok", v+1)
+}
+
+// outerEnd adds the end of a section after its re-entry: the second
+// fenced write at t, release at t+1.
+func (h *hist) outerEnd(t int64, proc, key, hold string, tok int64, casRes, relRes string) {
+	h.add(t, proc, opCASInv, key, hold, tok, "", 0)
+	h.add(t, proc, opCAS, key, hold, tok, casRes, 0)
+	h.add(t+1, proc, opRelease, key, hold, tok, "", 0)
+	h.add(t+2, proc, opReleased, key, hold, tok, relRes, 0)
+}
+
 func TestCheck(t *testing.T) {
 	ms := func(n int64) int64 { return n * 1e6 }
 	tests := []struct {
@@ -40,6 +73,7 @@ func TestCheck(t *testing.T) {
 		accepted   []AcceptedWrite
 		anomalies  []string
 		documented []string
+		info       map[string]int64 // counts that must match
 	}{
 		{name: "sequential holds", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
@@ -92,6 +126,86 @@ func TestCheck(t *testing.T) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
 			h.section(20, 30, "b", "k0", "b/0/1", 101, 1, "ok")
 		}, accepted: []AcceptedWrite{{"b/0/1", 101}, {"a/0/1", 100}}, anomalies: []string{aStaleWrite}},
+		{name: "re-entry with the outer hold's token", backend: "lock", build: func(h *hist) {
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.reentry(10, 20, "a", "k0", "a/0/1", 100, "ok")
+			h.outerEnd(30, "a", "k0", "a/0/1", 100, "ok", "ok")
+			h.section(40, 50, "b", "k0", "b/0/1", 101, 1, "ok")
+		}, accepted: []AcceptedWrite{{"a/0/1", 100}, {"a/0/1/r", 100}, {"a/0/1", 100}, {"b/0/1", 101}},
+			info: map[string]int64{iReentries: 1}},
+		{name: "re-entry revives a deleted hold", backend: "lock", build: func(h *hist) {
+			// 6026b6f: a's hash is deleted, b takes and releases the key,
+			// a's nested Do makes a fresh acquisition and counts it as a
+			// level; a's Lost never closes.
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.section(5, 8, "b", "k0", "b/0/1", 102, 1, "ok")
+			h.reentry(10, 12, "a", "k0", "a/0/1", 105, "ok")
+			h.outerEnd(13, "a", "k0", "a/0/1", 100, "refused", "notheld")
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(2), End: ms(4)}},
+			accepted:  []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 102}, {"a/0/1/r", 105}},
+			anomalies: []string{aReentryToken, aOverlapUnrep}, info: map[string]int64{iReentryNew: 1}},
+		{name: "re-entry that took a new hold after the deleted one was reported lost, on redlock", backend: "redlock", build: func(h *hist) {
+			// Redlock re-enters in process: the deleted hold is reported
+			// at its next renewal, within the bound.
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.section(5, 8, "b", "k0", "b/0/1", 102, 1, "ok")
+			h.reentry(10, 12, "a", "k0", "a/0/1", 100, "refused")
+			h.add(20, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.outerEnd(21, "a", "k0", "a/0/1", 100, "refused", "notheld")
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0 redis1 redis2", Start: ms(2), End: ms(4)}},
+			accepted:   []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 102}},
+			documented: []string{dOverlap}, info: map[string]int64{iReentries: 1}},
+		{name: "re-entry after another holder, told late", backend: "lock", build: func(h *hist) {
+			// The Redis lock answers a re-entry that follows another
+			// holder with a loss at once; a level after it is no excuse.
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.section(5, 8, "b", "k0", "b/0/1", 102, 1, "ok")
+			h.reentry(10, 12, "a", "k0", "a/0/1", 100, "refused")
+			h.add(20, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.outerEnd(21, "a", "k0", "a/0/1", 100, "refused", "notheld")
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(2), End: ms(4)}},
+			accepted:  []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 102}},
+			anomalies: []string{aOverlapUnrep}, info: map[string]int64{iReentries: 1}},
+		{name: "re-entry after the deleted hold was reported lost", backend: "lock", build: func(h *hist) {
+			// The fix: the nested Do's fresh acquisition reports a's hold
+			// lost before it returns; the new hold is a hold of its own.
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.section(5, 8, "b", "k0", "b/0/1", 102, 1, "ok")
+			h.add(10, "a", opInvoke, "k0", "a/0/1/r", 0, "", 0)
+			h.evs[len(h.evs)-1].Outer = "a/0/1"
+			h.add(11, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.add(11, "a", opAcquired, "k0", "a/0/1/r", 105, "", 0)
+			h.add(12, "a", opRelease, "k0", "a/0/1/r", 105, "", 0)
+			h.add(13, "a", opReleased, "k0", "a/0/1/r", 105, "ok", 0)
+			h.add(14, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(15, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(2), End: ms(4)}},
+			accepted:   []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 102}},
+			documented: []string{dOverlap}, info: map[string]int64{iReentryNew: 1}},
+		{name: "re-entry whose loss came too late", backend: "lock", build: func(h *hist) {
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.reentry(10, 12, "a", "k0", "a/0/1", 105, "ok")
+			h.add(13, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.outerEnd(14, "a", "k0", "a/0/1", 100, "refused", "notheld")
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(2), End: ms(4)}},
+			accepted: []AcceptedWrite{{"a/0/1", 100}, {"a/0/1/r", 105}}, anomalies: []string{aReentryToken}},
+		{name: "the inner level counts as the outer hold", backend: "lock", build: func(h *hist) {
+			// a's process dies inside the re-entered level: a held k0
+			// until then, so b's hold overlaps it, and nobody was told.
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.section(8, 9, "b", "k0", "b/0/1", 101, 1, "ok")
+			h.add(10, "a", opInvoke, "k0", "a/0/1/r", 0, "", 0)
+			h.evs[len(h.evs)-1].Outer = "a/0/1"
+			h.add(11, "a", opAcquired, "k0", "a/0/1/r", 100, "", 0)
+			h.add(12, "a", opCASInv, "k0", "a/0/1/r", 100, "", 0)
+			h.add(12, "a", opCAS, "k0", "a/0/1/r", 100, "refused", 0)
+		}, accepted: []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 101}},
+			anomalies: []string{aOverlapUnrep, aNonLinear}, info: map[string]int64{iReentries: 1}},
+		{name: "re-entry of an unknown hold", backend: "lock", build: func(h *hist) {
+			h.add(10, "a", opInvoke, "k0", "a/0/9/r", 0, "", 0)
+			h.evs[len(h.evs)-1].Outer = "a/0/9"
+			h.add(11, "a", opAcquired, "k0", "a/0/9/r", 100, "", 0)
+		}, anomalies: []string{aMalformed}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
 		}, accepted: []AcceptedWrite{{"x/0/1", 100}}, anomalies: []string{aUnknownWriter}},
@@ -110,6 +224,11 @@ func TestCheck(t *testing.T) {
 				Resource: &Resource{Accepted: map[string][]AcceptedWrite{"k0": tt.accepted}, Counter: map[string]int64{"k0": final}}})
 			assertKinds(t, "anomaly", r.Anomalies, tt.anomalies)
 			assertKinds(t, "documented", r.Documented, tt.documented)
+			for k, n := range tt.info {
+				if r.Info[k] != n {
+					t.Errorf("info %s = %d, want %d", k, r.Info[k], n)
+				}
+			}
 			for _, v := range r.Violations {
 				if v.Kind != aNonLinear && len(v.Excerpt) == 0 && v.Kind != aUnknownWriter && !strings.Contains(v.What, "the counter holds") {
 					t.Errorf("%s without an excerpt", v.Kind)
@@ -164,6 +283,7 @@ func TestBadInput(t *testing.T) {
 		{"-owners", "nobody"},
 		{"check"},
 		{"-dur", "2s"},
+		{"-reenter", "1.5"},
 	} {
 		if code, err := runMain(args); err == nil || code == 0 {
 			t.Errorf("runMain(%q) = %d, %v; want an error", args, code, err)
@@ -174,6 +294,7 @@ func TestBadInput(t *testing.T) {
 		{"-backend", "lock"},
 		{"-backend", "nosuch", "-addrs", "x", "-resource", "y", "-out", "z", "-proc", "p"},
 		{"-backend", "lock", "-addrs", "x", "-resource", "y", "-out", "z", "-proc", "p", "-workers", "0"},
+		{"-backend", "lock", "-addrs", "x", "-resource", "y", "-out", "z", "-proc", "p", "-reenter", "-0.1"},
 	} {
 		if _, err := parseClient(args); err == nil {
 			t.Errorf("parseClient(%q) accepted", args)
@@ -203,6 +324,57 @@ func TestPlanIsSeeded(t *testing.T) {
 			if !seen[k] {
 				t.Errorf("%s: fault kind %s not planned", b, k)
 			}
+		}
+	}
+}
+
+// TestExcerptCut: a violation's excerpt longer than maxExcerpt keeps the
+// two holds' acquisitions, losses and releases and the writes made while
+// they overlapped; a short one keeps every event.
+func TestExcerptCut(t *testing.T) {
+	var h hist
+	h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+	h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+	for i := range int64(30) { // writes before the overlap
+		h.add(2+i, "a", opCASInv, "k0", "a/0/1", 100, "", 0)
+		h.add(2+i, "a", opCAS, "k0", "a/0/1", 100, "ok", 0)
+	}
+	h.add(40, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
+	h.add(41, "b", opAcquired, "k0", "b/0/1", 101, "", 0)
+	h.add(42, "b", opCASInv, "k0", "b/0/1", 101, "", 0)
+	h.add(42, "b", opCAS, "k0", "b/0/1", 101, "ok", 0)
+	h.add(43, "a", opCASInv, "k0", "a/0/1", 100, "", 0)
+	h.add(43, "a", opCAS, "k0", "a/0/1", 100, "refused", 0)
+	h.add(44, "b", opRelease, "k0", "b/0/1", 101, "", 0)
+	h.add(45, "b", opReleased, "k0", "b/0/1", 101, "ok", 0)
+	h.add(46, "a", opLost, "k0", "a/0/1", 100, "", 0)
+	h.add(47, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+	h.add(48, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+	r := Check(Input{Backend: "zk", Life: time.Second, Events: h.evs})
+	if r.Anomalies[aOverlapUndoc] != 1 || len(r.Violations) == 0 {
+		t.Fatalf("anomalies %v, violations %d", r.Anomalies, len(r.Violations))
+	}
+	ex := r.Violations[0].Excerpt
+	if len(ex) > maxExcerpt+1 {
+		t.Fatalf("excerpt of %d lines:\n%s", len(ex), strings.Join(ex, "\n"))
+	}
+	text := strings.Join(ex, "\n")
+	for _, want := range []string{"acquired k0        a/0/1 tok=100", "acquired k0        b/0/1 tok=101",
+		"cas      k0        b/0/1 tok=101 ok", "cas      k0        a/0/1 tok=100 refused", "lost ", "notheld", "left out"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("excerpt lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Count(text, "cas ") != 2 || strings.Contains(text, "invoke") {
+		t.Errorf("excerpt keeps writes outside the overlap or invocations:\n%s", text)
+	}
+	var short hist
+	short.section(0, 50, "a", "k0", "a/0/1", 100, 0, "ok")
+	short.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+	r = Check(Input{Backend: "lock", Life: time.Second, Events: short.evs})
+	for _, v := range r.Violations {
+		if v.Kind == aOverlapUnrep && len(v.Excerpt) != len(short.evs) {
+			t.Errorf("short excerpt cut to %d of %d events", len(v.Excerpt), len(short.evs))
 		}
 	}
 }

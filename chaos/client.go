@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,7 +27,7 @@ import (
 // KEYS[1] the last accepted token of the key, KEYS[2] the list of accepted
 // writes ("hold token", in acceptance order).
 // ARGV[1] the writer's token, ARGV[2] its hold id.
-// Returns 1 if accepted (token larger than the last accepted), else 0.
+// Returns 1 if accepted (token not smaller than the last accepted), else 0.
 //
 //go:embed cas.lua
 var casLua string
@@ -50,6 +49,7 @@ type clientConfig struct {
 	seed     uint64
 	owners   string        // "call": a new owner per lock.Do; "goroutine": one per goroutine
 	hold     time.Duration // a section sleeps up to this between its read and its write
+	reenter  float64       // the fraction of sections that re-enter their key (worker.reenterSection)
 	ctl      string        // ids: the slot's control file (clock steps)
 	idsOut   string        // ids: the ID file
 	rate     int           // ids: IDs per second per part (0: no limit)
@@ -72,6 +72,7 @@ func parseClient(args []string) (clientConfig, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the client's key choices")
 	fs.DurationVar(&c.hold, "hold", 10*time.Millisecond, "a section sleeps a random time up to this between its counter read and write")
 	fs.StringVar(&c.owners, "owners", "call", "call (a new owner per lock.Do) or goroutine (one owner per goroutine, kept across calls)")
+	fs.Float64Var(&c.reenter, "reenter", 0, "the fraction of critical sections that re-enter their key with a nested lock.Do")
 	fs.StringVar(&c.ctl, "ctl", "", "ids: the slot's control file")
 	fs.StringVar(&c.idsOut, "ids", "", "ids: the ID file")
 	fs.IntVar(&c.rate, "rate", 0, "ids: IDs per second per part (0: no limit)")
@@ -95,6 +96,8 @@ func parseClient(args []string) (clientConfig, error) {
 		return c, errors.New("chaos client: ids needs -ctl, -ids, ZooKeeper and Redis -addrs, -rate not negative")
 	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0 || c.hold < 0:
 		return c, errors.New("chaos client: -keys, -workers, -ttl and -session must be positive, -hold not negative")
+	case !(c.reenter >= 0 && c.reenter <= 1):
+		return c, fmt.Errorf("chaos client: -reenter %v: want a fraction from 0 to 1", c.reenter)
 	}
 	return c, nil
 }
@@ -227,6 +230,10 @@ const obtainTimeout = 4 * time.Second
 
 func (w *worker) loop(ctx context.Context) {
 	owner := fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
+	var opts []lock.Option
+	if w.cfg.backend != "zk" {
+		opts = append(opts, lock.WithTTL(w.cfg.ttl))
+	}
 	for ctx.Err() == nil {
 		if w.cfg.owners == "call" {
 			owner = fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
@@ -235,13 +242,15 @@ func (w *worker) loop(ctx context.Context) {
 		w.n++
 		hold := fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n)
 		a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: hold, owner: owner}
-		var opts []lock.Option
-		if w.cfg.backend != "zk" {
-			opts = append(opts, lock.WithTTL(w.cfg.ttl))
-		}
+		// Drawn here, not in the section, so that the key choices stay the
+		// same whatever the sections do.
+		reenter := w.rnd.Float64() < w.cfg.reenter
 		actx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
 		lock.Do(actx, a, key, func(fctx context.Context) error {
-			return w.section(fctx, a, key)
+			if err := w.section(fctx, a, key); err != nil || !reenter {
+				return err
+			}
+			return w.reenterSection(fctx, a, key, opts)
 		}, opts...)
 		cancel()
 		a.wait()
@@ -251,18 +260,7 @@ func (w *worker) loop(ctx context.Context) {
 // section is the critical section: one fenced write, then a non-atomic
 // read-modify-write of the key's counter, both on the resource.
 func (w *worker) section(ctx context.Context, a *attempt, key string) error {
-	tok := a.lease.Token()
-	w.rec.Record(Event{G: w.g, Op: opCASInv, Key: key, Hold: a.hold, Token: tok})
-	n, err := casScript.Run(ctx, w.res, []string{"fence:{" + key + "}", "log:{" + key + "}"}, tok, a.hold).Int()
-	res := "refused"
-	switch {
-	case err != nil:
-		res = errKind(err)
-	case n == 1:
-		res = "ok"
-	}
-	w.rec.Record(Event{G: w.g, Op: opCAS, Key: key, Hold: a.hold, Token: tok, Res: res})
-	if err != nil {
+	if err := w.fencedWrite(ctx, a, key); err != nil {
 		return err
 	}
 	v, err := w.res.Get(ctx, "ctr:{"+key+"}").Int64()
@@ -282,30 +280,83 @@ func (w *worker) section(ctx context.Context, a *attempt, key string) error {
 	return err
 }
 
+// fencedWrite is the protected write of a's hold: a compare-and-set on the
+// resource with a's lease's token.
+func (w *worker) fencedWrite(ctx context.Context, a *attempt, key string) error {
+	tok := a.lease.Token()
+	w.rec.Record(Event{G: w.g, Op: opCASInv, Key: key, Hold: a.hold, Token: tok})
+	n, err := casScript.Run(ctx, w.res, []string{"fence:{" + key + "}", "log:{" + key + "}"}, tok, a.hold).Int()
+	res := "refused"
+	switch {
+	case err != nil:
+		res = errKind(err)
+	case n == 1:
+		res = "ok"
+	}
+	w.rec.Record(Event{G: w.g, Op: opCAS, Key: key, Hold: a.hold, Token: tok, Res: res})
+	return err
+}
+
+// reenterSection re-enters key from inside a's section, as the lock docs
+// recommend for nested code: lock.Do with the section's ctx (which carries
+// a's owner) on the same Locker. The inner level is recorded as a hold of
+// its own, a.hold+"/r", whose invocation names a.hold as its outer hold;
+// inside it the section makes the protected write with the inner lease's
+// token. After the inner release, the outer section writes again with its
+// own token. On every backend the inner lease must carry the outer hold's
+// token (a re-entry), unless the outer hold was reported lost by the time
+// the inner acquisition returned (check.go, reentry-token).
+func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opts []lock.Option) error {
+	in := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: a.hold + reentrySuffix, owner: a.owner, outer: a}
+	err := lock.Do(ctx, in, key, func(ictx context.Context) error {
+		return w.fencedWrite(ictx, in, key)
+	}, opts...)
+	in.wait()
+	if err != nil {
+		return err
+	}
+	return w.fencedWrite(ctx, a, key)
+}
+
+// reentrySuffix makes the hold id of a re-entry from its outer hold's.
+const reentrySuffix = "/r"
+
 // attempt is the Locker that one lock.Do call sees: it records the
 // acquisition, and its lease records the loss and the release.
 type attempt struct {
-	inner    lock.Locker
-	rec      *Recorder
-	g        int
-	hold     string
-	owner    string
-	lease    lock.Lease // set by Obtain
-	key      string
-	done     chan struct{}
-	once     sync.Once
-	wg       sync.WaitGroup
-	lostSeen atomic.Bool
+	inner lock.Locker
+	rec   *Recorder
+	g     int
+	hold  string
+	owner string
+	outer *attempt   // a re-entry's outer hold (reenterSection), or nil
+	lease lock.Lease // set by Obtain
+	key   string
+	done  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+
+	lostMu   sync.Mutex // protects lostSeen; held while the loss is recorded
+	lostSeen bool
 }
 
 func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
-	a.rec.Record(Event{G: a.g, Op: opInvoke, Key: key, Hold: a.hold, Owner: a.owner})
+	var outer string
+	if a.outer != nil {
+		outer = a.outer.hold
+	}
+	a.rec.Record(Event{G: a.g, Op: opInvoke, Key: key, Hold: a.hold, Owner: a.owner, Outer: outer})
 	l, err := a.inner.Obtain(ctx, key, opts...)
 	if err != nil {
 		a.rec.Record(Event{G: a.g, Op: opFail, Key: key, Hold: a.hold, Res: errKind(err,
 			errName{context.DeadlineExceeded, "timeout"},
 			errName{lock.ErrNotObtained, "notobtained"})})
 		return nil, err
+	}
+	if a.outer != nil {
+		// A loss of the outer hold that this acquisition made known (the
+		// lock docs: "at once") is recorded before the acquisition.
+		a.outer.pollLost()
 	}
 	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner})
 	a.lease = l
@@ -323,10 +374,23 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 	return &recLease{Lease: l, a: a}, nil
 }
 
-// recordLost records the loss once.
+// recordLost records the loss once; a second call returns after the first
+// has recorded it.
 func (a *attempt) recordLost() {
-	if a.lostSeen.CompareAndSwap(false, true) {
+	a.lostMu.Lock()
+	defer a.lostMu.Unlock()
+	if !a.lostSeen {
+		a.lostSeen = true
 		a.rec.Record(Event{G: a.g, Op: opLost, Key: a.key, Hold: a.hold, Token: a.lease.Token()})
+	}
+}
+
+// pollLost records the loss if the lease's Lost is closed.
+func (a *attempt) pollLost() {
+	select {
+	case <-a.lease.Lost():
+		a.recordLost()
+	default:
 	}
 }
 
@@ -338,11 +402,7 @@ func (a *attempt) stopWatch() {
 	}
 	a.once.Do(func() { close(a.done) })
 	a.wg.Wait()
-	select {
-	case <-a.lease.Lost():
-		a.recordLost()
-	default:
-	}
+	a.pollLost()
 }
 
 func (a *attempt) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {

@@ -152,6 +152,7 @@ func (e *env) spawn(s *slot) error {
 		"-keys", strconv.Itoa(e.cfg.keys),
 		"-workers", strconv.Itoa(e.cfg.workers), "-ttl", e.cfg.ttl.String(),
 		"-session", e.cfg.session.String(), "-proc", proc, "-owners", e.cfg.owners, "-hold", e.cfg.hold.String(),
+		"-reenter", strconv.FormatFloat(e.cfg.reenter, 'g', -1, 64),
 		"-out", filepath.Join(e.dir, "hist-"+proc+".jsonl"),
 		"-seed", strconv.FormatUint(e.cfg.seed*1000+uint64(s.i*100+s.gen), 10)}
 	if e.resource != nil {

@@ -19,12 +19,13 @@ import (
 // nanoseconds: the clock is system-wide on Linux, so events of different
 // processes on the machine compare by it; Wall is for people.
 type Event struct {
-	Proc  string `json:"p"`              // process incarnation, e.g. "s1.2" (slot 1, second process)
-	G     int    `json:"g"`              // goroutine within the process
-	Op    string `json:"op"`             // see the op constants
-	Key   string `json:"key,omitempty"`  // lock key
-	Hold  string `json:"hold,omitempty"` // hold id: proc/g/n, one per lock.Do call
-	Token int64  `json:"tok,omitempty"`  // fencing token (acquired, write)
+	Proc  string `json:"p"`               // process incarnation, e.g. "s1.2" (slot 1, second process)
+	G     int    `json:"g"`               // goroutine within the process
+	Op    string `json:"op"`              // see the op constants
+	Key   string `json:"key,omitempty"`   // lock key
+	Hold  string `json:"hold,omitempty"`  // hold id: proc/g/n, one per lock.Do call (proc/g/n/r: its re-entry)
+	Outer string `json:"outer,omitempty"` // invoke of a re-entry: the outer hold's id
+	Token int64  `json:"tok,omitempty"`   // fencing token (acquired, write)
 	Owner string `json:"owner,omitempty"`
 	Res   string `json:"res,omitempty"` // result: ok, refused, notheld, timeout, error: …
 	Val   int64  `json:"v,omitempty"`   // counter value read or written
@@ -43,7 +44,13 @@ type Event struct {
 // Ops in a history. A lock.Do call writes invoke, then acquired or fail;
 // inside the section cas (fenced write: invoke and answer as two events
 // casinv and cas), read, write; then release and released; lost whenever
-// the lease's Lost channel closes before the release.
+// the lease's Lost channel closes before the release. A section that
+// re-enters its key (client.go, reenterSection) then writes the nested
+// lock.Do as a hold of its own, id proc/g/n/r, whose invoke names the
+// outer hold (Outer): invoke, acquired (the inner lease's token) or fail,
+// cas, release, released, lost; and after it the outer hold's second cas.
+// A loss of the outer hold that the inner acquisition revealed is recorded
+// before that acquisition.
 const (
 	opInvoke   = "invoke"
 	opAcquired = "acquired"

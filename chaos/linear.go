@@ -64,6 +64,9 @@ func (r *Result) checkLinearizable(in Input) {
 	clients := map[string]int{}
 	clientOf := func(h *Hold) int {
 		id := fmt.Sprintf("%s/%d", h.Proc, h.G)
+		if h.Outer != "" { // a new hold taken by a re-entry, within its outer hold's section
+			id += reentrySuffix
+		}
 		if c, ok := clients[id]; ok {
 			return c
 		}

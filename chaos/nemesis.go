@@ -10,13 +10,17 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/redlock"
 )
 
 // Fault is one injected fault, as faults.jsonl records it. Start and End
@@ -89,6 +93,11 @@ const (
 	fClockStep       = "clock-step"        // ids: step a client's clock back or forward, then back to true
 )
 
+// fLockDelete is lock-delete: the lock hashes of the hot keys are deleted
+// while held (deleteLocks), as an eviction, a manual DEL or ForceRelease
+// deletes them.
+const fLockDelete = "lock-delete"
+
 // fZKNotifyPart is zk-notify-partition: a slow holder's server stops
 // hearing it, a watch notification reaches it, then a black hole past its
 // session (notifyPartition).
@@ -98,9 +107,9 @@ func faultKinds(backend string) []string {
 	common := []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause}
 	switch backend {
 	case "lock", "fair":
-		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot)
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete)
 	case "redlock":
-		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart)
+		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete)
 	case "zk":
 		return append(common, fZKExpire, fZKNodeKill, fZKNotifyPart)
 	case "ids":
@@ -179,6 +188,8 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(5), span(500*time.Millisecond, 2*time.Second)
 		case fMajorityRestart:
 			s.Target, s.Dur = rnd.IntN(5), span(200*time.Millisecond, 1*time.Second)
+		case fLockDelete:
+			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(200*time.Millisecond, 1*time.Second)
 		case fClockStep:
 			// 1 ms to 1 s, log-uniform (steps within the generators'
 			// 5 ms tolerance as well as far beyond it); back twice as
@@ -374,6 +385,8 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 				err = rerr
 			}
 		}
+	case fLockDelete:
+		f.Target, f.Detail, err = e.deleteLocks(ctx, s)
 	case fZKNodeKill:
 		i := s.Target % len(e.zk.Nodes())
 		n := e.zk.Nodes()[i]
@@ -542,4 +555,62 @@ func (e *env) notifyPartition(ctx context.Context, sl *slot, proc string, deaf t
 	// a loss counted from the notification comes about T after it.
 	sleepCtx(ctx, T+300*time.Millisecond)
 	return fmt.Sprintf("slow section %v, server deaf %v before the notification", slow, deaf), nil
+}
+
+// lockDeleteEvery is how often a lock-delete step deletes the lock hashes.
+const lockDeleteEvery = 2 * time.Millisecond
+
+// deleteLocks is lock-delete: for s.Dur, every lockDeleteEvery, it deletes
+// the lock hash (P{key}) of every hot key on the Redis of lock and fair, or
+// on a majority of Redlock's masters (s.Target and the next ones), as an
+// eviction, a manual DEL or ForceRelease does. The fencing counter
+// (P{key}:fence) and the wait queue stay. A hold deleted under its holder
+// is reported lost at its next renewal, or at once when its owner obtains
+// the key again through the same Client (lock/doc.go; for Redlock, whose
+// re-entry is counted in process, at the next renewal: redlock/doc.go).
+// Many deletions in a row make it likely that a section re-enters its key
+// after its hold was deleted, and that another client held the key in
+// between. It returns the targets and a summary.
+func (e *env) deleteLocks(ctx context.Context, s step) (string, string, error) {
+	prefix, n := lock.DefaultPrefix, 1
+	if e.cfg.backend == "redlock" {
+		prefix, n = redlock.DefaultPrefix, len(e.redis)/2+1
+	}
+	keys := make([]string, e.cfg.keys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s{k%d}", prefix, i)
+	}
+	var targets []string
+	var clients []redis.UniversalClient
+	for j := range n {
+		i := (s.Target + j) % len(e.redis)
+		targets = append(targets, fmt.Sprintf("redis%d", i))
+		c := e.redis[i].NewClient()
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	target := strings.Join(targets, " ")
+	var deleted int64
+	rounds := 0
+	tick := time.NewTicker(lockDeleteEvery)
+	defer tick.Stop()
+	for end := time.Now().Add(s.Dur); time.Now().Before(end); {
+		for _, c := range clients {
+			n, err := c.Del(ctx, keys...).Result()
+			if ctx.Err() != nil {
+				return target, "", nil // the load phase ended
+			}
+			if err != nil {
+				return target, "", err
+			}
+			deleted += n
+		}
+		rounds++
+		select {
+		case <-ctx.Done():
+			return target, "", nil
+		case <-tick.C:
+		}
+	}
+	return target, fmt.Sprintf("%d lock hashes deleted in %d rounds over %v", deleted, rounds, s.Dur), nil
 }

@@ -193,12 +193,15 @@
 //
 //   - Redis restarts without the lock, from an older snapshot, or loses the
 //     tail of an everysec AOF; a failover promotes a replica that had not
-//     received the lock: another owner can take the lock while the old
+//     received the lock; the lock's hash is deleted (an eviction, a manual
+//     DEL, ForceRelease): another owner can take the lock while the old
 //     holder still runs. The old holder's Lost closes at its next renewal
 //     (TTL/3) at the latest, at once if its owner obtains the key again
-//     through the same Client. Fencing tokens stay strictly increasing (see
-//     Fencing), so the protected resource refuses the stale holder.
-//     WithWaitReplicas narrows the failover window.
+//     through the same Client (a nested Do or Obtain: that is a new hold
+//     with a new token, never a level of the lost one; see Hold identity).
+//     Fencing tokens stay strictly increasing (see Fencing), so the
+//     protected resource refuses the stale holder. WithWaitReplicas
+//     narrows the failover window.
 //   - The holder's process pauses (GC, SIGSTOP) past the TTL: the lock
 //     expires and another owner takes it; the old holder's Lost closes when
 //     the watchdog runs again (renewal answers "not held", or a whole TTL

@@ -175,10 +175,17 @@
 // its data lets a second client obtain the lock while the first still
 // believes it holds it (its next renewal finds the lock gone on 2 of 3
 // masters and Lost() closes; its token is smaller than the new holder's).
-// The tests show exactly this. Redis's Redlock description gives the
-// remedies: persist with appendfsync always, or keep a crashed master
-// down for at least the largest TTL in use before it rejoins (delayed
-// restart), so that every lock it knew has expired anyway.
+// The tests show exactly this. A lock hash deleted on a master (an
+// eviction, a manual DEL) is lost the same way: deleted on a majority, it
+// lets another client obtain the lock, and the holder's Lost closes at its
+// next renewal (TTL/3), which finds it gone. Re-entry through the same
+// Client is counted in process and asks no master, so it does not find
+// the loss out sooner, and it never revives the lost hold: the nested
+// lease carries the hold's token and shares its Lost. Redis's Redlock
+// description gives the remedies: persist with appendfsync always, or
+// keep a crashed master down for at least the largest TTL in use before
+// it rejoins (delayed restart), so that every lock it knew has expired
+// anyway.
 //
 // A failed attempt's release waits for every answer (up to 20 × the node
 // timeout per master) before the next attempt. A master stalled for longer
