@@ -464,7 +464,7 @@ func (r *Result) checkStaleWrites(in Input) {
 // and a holder stopped past its lease.
 func documentedFaults(backend string) map[string]bool {
 	switch backend {
-	case "lock", "fair":
+	case "lock", "fair", "election":
 		return map[string]bool{fRestartNoData: true, fRestartSnapshot: true, fClientPause: true, fLockDelete: true}
 	case "redlock":
 		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true, fLockDelete: true}

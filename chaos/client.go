@@ -17,6 +17,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/election"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
 	"github.com/coordkit/coordkit/zklock"
@@ -104,7 +105,7 @@ func parseClient(args []string) (clientConfig, error) {
 
 func validBackend(b string) bool {
 	switch b {
-	case "lock", "fair", "redlock", "zk", "ids":
+	case "lock", "fair", "redlock", "zk", "ids", "election":
 		return true
 	}
 	return false
@@ -161,7 +162,7 @@ func runClient(args []string) error {
 // watches the slot's control node on the Locker's connection (zkctl.go).
 func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl) (lock.Locker, func(), error) {
 	switch cfg.backend {
-	case "lock", "fair":
+	case "lock", "fair", "election":
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.addrs[0]})
 		var opts []lock.ClientOption
 		if cfg.backend == "fair" {
@@ -229,6 +230,10 @@ type worker struct {
 const obtainTimeout = 4 * time.Second
 
 func (w *worker) loop(ctx context.Context) {
+	if w.cfg.backend == "election" {
+		w.electionLoop(ctx)
+		return
+	}
 	owner := fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
 	var opts []lock.Option
 	if w.cfg.backend != "zk" {
@@ -253,6 +258,47 @@ func (w *worker) loop(ctx context.Context) {
 			return w.reenterSection(fctx, a, key, opts)
 		}, opts...)
 		cancel()
+		a.wait()
+	}
+}
+
+// electionLoop is the election workload: every worker of every process
+// campaigns for the leadership of one key (election.Campaign over the Redis
+// lock, through the recording attempt, so that each term is a hold in the
+// history), does a section as the leader (ended early if the term ends),
+// then resigns and campaigns again. The lock checkers then judge terms as
+// holds: no two leaders with overlapping terms unless the doc allows it and
+// the deposed one was told, no stale fenced write, linearizable.
+func (w *worker) electionLoop(ctx context.Context) {
+	const key = "k0"
+	id := fmt.Sprintf("%s/%d", w.cfg.proc, w.g)
+	for ctx.Err() == nil {
+		w.n++
+		a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n)}
+		e, err := election.New(a, key, election.WithIdentity(id), election.WithTTL(w.cfg.ttl))
+		if err != nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, obtainTimeout)
+		term, err := e.Campaign(cctx)
+		cancel()
+		if err != nil {
+			a.wait()
+			continue
+		}
+		tctx, stop := context.WithCancel(ctx)
+		go func() { // ends with the term or the section
+			select {
+			case <-term.Done():
+				stop()
+			case <-tctx.Done():
+			}
+		}()
+		w.section(tctx, a, key)
+		stop()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		term.Resign(rctx)
+		rcancel()
 		a.wait()
 	}
 }
@@ -344,6 +390,9 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 	var outer string
 	if a.outer != nil {
 		outer = a.outer.hold
+	}
+	if a.owner == "" { // set by the caller's ctx (an election's campaign)
+		a.owner, _ = lock.OwnerFrom(ctx)
 	}
 	a.rec.Record(Event{G: a.g, Op: opInvoke, Key: key, Hold: a.hold, Owner: a.owner, Outer: outer})
 	l, err := a.inner.Obtain(ctx, key, opts...)

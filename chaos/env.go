@@ -77,7 +77,7 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 	}
 	var targets []string
 	switch cfg.backend {
-	case "lock", "fair":
+	case "lock", "fair", "election":
 		if e.redis, err = testserver.NewRedisMasters(1); err != nil {
 			return e, err
 		}

@@ -106,7 +106,7 @@ const fZKNotifyPart = "zk-notify-partition"
 func faultKinds(backend string) []string {
 	common := []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause}
 	switch backend {
-	case "lock", "fair":
+	case "lock", "fair", "election":
 		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete)
 	case "redlock":
 		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete)

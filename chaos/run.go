@@ -74,7 +74,7 @@ func runMain(args []string) (int, error) {
 	}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	profile := fs.String("profile", "short", "short or long")
-	backends := fs.String("backend", strings.Join(allBackends, ","), "comma-separated backends: lock, fair, redlock, zk, ids")
+	backends := fs.String("backend", strings.Join(allBackends, ","), "comma-separated backends: lock, fair, redlock, zk, ids, and election (not run by default: leader election over the Redis lock)")
 	seed := fs.Uint64("seed", 0, "seed of the schedules (0: from the clock; printed)")
 	dur := fs.Duration("dur", 0, "load phase per backend (0: the profile's)")
 	faults := fs.Int("faults", 0, "faults per backend at most (0: the profile's)")
