@@ -67,7 +67,8 @@ type hold struct {
 	token  int64 // the hold's fencing token: its identity in Redis
 	levels int
 	wd     *watchdog.Watchdog
-	since  time.Time
+	since  time.Time // when its acquisition was sent
+	made   time.Time // when its acquisition's answer made it (requests sent later see it in Redis)
 	gate   *gateHold // the local line's front, given up when the hold ends or is lost; or nil
 }
 

@@ -76,7 +76,10 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 // a restart, ForceRelease): it is reported lost at once, and its levels
 // are not merged into the new one. An answer with a smaller token comes
 // from a hold that a newer one replaced already: its lease is lost from
-// the start.
+// the start. If the request was sent after the live hold was made, Redis
+// had an older hold of the owner instead of the live one when it ran it
+// (restarted from a snapshot taken during that older hold): the live hold
+// is reported lost at once too.
 func (c *Client) newGrantedLease(key string, keys []string, owner, id string, token int64, o obtainOptions, at time.Time, first time.Duration, gh *gateHold) *lease {
 	k := holdKey{key, owner}
 	l := &lease{c: c, key: key, owner: owner, id: id, token: token, ttl: o.TTL.Milliseconds(),
@@ -95,6 +98,10 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 	case h != nil && h.token == token: // re-entry (the owner's hold began meanwhile): the hold has its place
 		gh.leave()
 	case h != nil && token < h.token: // an answer about a hold that a newer one replaced
+		if at.After(h.made) { // sent while h was live: Redis has an older hold, not h
+			lose = append(lose, h)
+			delete(c.holds, k)
+		}
 		h = &hold{c: c, k: k, since: at, token: token, gate: gh}
 		h.wd = c.startWatchdog(h, o, at, first)
 		lose = append(lose, h)
@@ -102,7 +109,7 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 		if h != nil { // Redis lost h: this owner's new hold replaces it
 			lose = append(lose, h)
 		}
-		h = &hold{c: c, k: k, since: at, token: token, gate: gh}
+		h = &hold{c: c, k: k, since: at, made: c.o.now(), token: token, gate: gh}
 		h.wd = c.startWatchdog(h, o, at, first)
 		c.holds[k] = h
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -134,5 +135,39 @@ func TestVanishedHoldOtherClientSameOwner(t *testing.T) {
 	}
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOlderHoldRestored: Redis restarts from a snapshot taken while the
+// owner held an earlier hold of the key; the owner's live hold (a later
+// one, with a larger token) is gone from Redis, the earlier one is back.
+// The owner's next re-entry gets the earlier hold's token: the live hold
+// must be reported lost at once, not at its next renewal, and the Obtain
+// must not return a lease with the earlier hold's (smaller) token.
+func TestOlderHoldRestored(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := lock.WithOwner(ctxTimeout(t, 20*time.Second), lock.NewOwner())
+	c := newClient(t, srv)
+	key := uniqueKey(t)
+	old := mustObtain(t, ctx, c, key, lock.WithTTL(20*time.Second))
+	snap, err := srv.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live := mustObtain(t, ctx, c, key, lock.WithTTL(20*time.Second)) // renewed only every 6.7 s
+	if err := srv.RestartFromSnapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if again, err := c.TryObtain(tctx, key, lock.WithTTL(20*time.Second)); err == nil {
+		t.Fatalf("TryObtain returned a lease with token %d while Redis holds the owner's older hold", again.Token())
+	}
+	waitClosed(t, live.Lost(), 100*time.Millisecond, "the live hold's Lost once Redis answered an older hold")
+	if err := lock.LostCause(live); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("live hold's cause %v, want lock.ErrNotHeld", err)
 	}
 }
