@@ -399,3 +399,52 @@ func ExampleElection_Run() {
 	// leading: report-1 with a fencing token: true
 	// Run: <nil>
 }
+
+// TestServerRestart: the Redis server restarts without its data while a
+// leader leads: the leader's term ends at its next renewal (the lock is
+// gone), and another instance leads, with a larger token.
+func TestServerRestart(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := ctxFor(t, 20*time.Second)
+	key := newKey(t)
+	open := func() lock.Locker {
+		rdb := srv.NewClient()
+		c := lock.New(rdb)
+		t.Cleanup(func() { c.Close(); rdb.Close() })
+		return c
+	}
+	a := newElection(t, open(), key, "a", election.WithTTL(600*time.Millisecond))
+	b := newElection(t, open(), key, "b", election.WithTTL(600*time.Millisecond))
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *election.Term, 1)
+	go func() {
+		tb, err := b.Campaign(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- tb
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := srv.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ta.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader's term did not end after Redis lost the lock")
+	}
+	if !errors.Is(ta.Err(), lock.ErrLockLost) {
+		t.Fatalf("term Err = %v", ta.Err())
+	}
+	tb := <-got
+	if tb == nil {
+		t.FailNow()
+	}
+	if tb.Token() <= ta.Token() {
+		t.Fatalf("token %d after the restart, not above %d", tb.Token(), ta.Token())
+	}
+	tb.Resign(ctx)
+}

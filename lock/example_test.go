@@ -255,3 +255,33 @@ func ExampleWithLogger() {
 	// Output:
 	// level=WARN msg="lease lost" component=coordkit/lock key=example:logger cause="lock: lease lost: lock: not held: watchdog: lease not held"
 }
+
+// A price table that many read and one updates: readers share the read
+// side; the writer waits for them, and readers that come while it waits
+// wait for it (writer preference).
+func ExampleNewRW() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	rw := lock.NewRW(rdb)
+	defer rw.Close()
+	ctx := context.Background()
+
+	r1, _ := rw.Read().Obtain(ctx, "example:prices")
+	r2, err := rw.Read().TryObtain(ctx, "example:prices")
+	fmt.Println("second reader:", err)
+	_, err = rw.Write().TryObtain(ctx, "example:prices")
+	fmt.Println("writer while read:", errors.Is(err, lock.ErrNotObtained))
+	r1.Release(ctx)
+	r2.Release(ctx)
+
+	err = lock.Do(ctx, rw.Write(), "example:prices", func(ctx context.Context) error {
+		fmt.Println("updating the prices")
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// second reader: <nil>
+	// writer while read: true
+	// updating the prices
+	// err: <nil>
+}
