@@ -1,5 +1,5 @@
-// Package testserver starts real Redis and ZooKeeper servers for coordkit's
-// tests and benchmarks, and injects faults into them.
+// Package testserver starts real Redis, ZooKeeper, MariaDB and PostgreSQL
+// servers for coordkit's tests and benchmarks, and injects faults into them.
 //
 // Every server runs as a child process on a free 127.0.0.1 port in a
 // temporary directory, and is stopped by its PID: by Close, by the test's
@@ -25,6 +25,14 @@
 //     the links between nodes through proxies, so that PartitionPeers and
 //     Isolate cut a node off from the others while its clients still reach
 //     it (a follower cut off from its leader).
+//   - MariaDB: mariadbd on a data directory made by mariadb-install-db,
+//     with the database coordkit; PostgreSQL: postgres on a cluster made by
+//     initdb (both run as nobody when the tests run as root, since they
+//     refuse root). Kill (a crash: SIGKILL, to PostgreSQL's backends too),
+//     Pause/Resume (SIGSTOP/SIGCONT, backends included), Start and Restart
+//     on the same port with the committed data. DSN and DSNAt (through a
+//     Proxy) name the server for github.com/go-sql-driver/mysql and
+//     github.com/jackc/pgx/v5/stdlib; this package imports no driver.
 //   - Proxy: a TCP fault proxy between a client and any server: pass, added
 //     latency, dropping new connections, cutting existing ones, and
 //     black-holing (connections accepted, bytes never delivered), both ways
@@ -34,6 +42,6 @@
 // registers Close with t.Cleanup; NewX(...) returns an error and leaves Close
 // to the caller (TestMain and the bench program use these).
 //
-// A missing redis-server, java or ZooKeeper jar is an error that names the
+// A missing redis-server, java, ZooKeeper jar, mariadbd or postgres is an error that names the
 // command that installs it (see InstallHint); tests never skip silently.
 package testserver

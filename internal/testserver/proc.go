@@ -16,7 +16,7 @@ import (
 
 // InstallHint is the command that installs every binary this package needs on
 // a Debian machine.
-const InstallHint = "apt-get update && apt-get install -y redis-server redis-sentinel zookeeper (or: make deps)"
+const InstallHint = "apt-get update && apt-get install -y redis-server redis-sentinel zookeeper mariadb-server postgresql (or: make deps)"
 
 // ErrMissingBinary is returned when a server binary or jar is not installed.
 var ErrMissingBinary = errors.New("testserver: server binary not installed; install with: " + InstallHint)
@@ -28,6 +28,7 @@ type process struct {
 	args []string
 	dir  string
 	log  string
+	cred *syscall.Credential // run as this user; nil: as this process's
 
 	mu   sync.Mutex // protects cmd and done
 	cmd  *exec.Cmd
@@ -54,7 +55,7 @@ func (p *process) start() error {
 	cmd.Stderr = logf
 	// Pdeathsig: the kernel kills the server if the test binary dies first.
 	// Setpgid: a ^C in the terminal reaches the test, not the servers.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: p.cred}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("testserver: start %s: %w", p.name, err)
