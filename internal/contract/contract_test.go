@@ -49,12 +49,20 @@ func (r serverRun) Run() int {
 		return 1
 	}
 	defer zkSrv.Close()
+	stopSQL, err := startSQL()
+	defer stopSQL()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return r.m.Run()
 }
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(serverRun{m},
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
+		// database/sql's connection opener lives as long as its *sql.DB.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
 }
 
 // closer is what every coordkit client offers besides Locker.
@@ -200,7 +208,7 @@ func TestContract(t *testing.T) {
 		{"close", checkClose},
 		{"holder", checkHolder},
 	}
-	for _, b := range backends() {
+	for _, b := range append(backends(), sqlBackends()...) {
 		t.Run(b.name, func(t *testing.T) {
 			for _, c := range checks {
 				t.Run(c.name, func(t *testing.T) { c.run(t, b) })

@@ -1,0 +1,200 @@
+// Package sqllock implements lock.Locker on a relational database that a
+// fleet already runs: MySQL or MariaDB, and PostgreSQL. It takes a
+// *sql.DB and imports no driver (tests and examples use
+// github.com/go-sql-driver/mysql and github.com/jackc/pgx/v5/stdlib). It
+// has two locks:
+//
+//   - Session locks (NewMySQL: GET_LOCK; NewPostgres: advisory locks) live
+//     in the server's memory, held by one database session: a connection
+//     pinned for the hold and never returned to the pool while it holds
+//     anything. A waiter waits in the server, which hands the lock over at
+//     the release without polling.
+//   - The lease table (NewLeaseTable) is a row per lock with an expiry
+//     judged by the database's clock, taken and renewed by single
+//     conditional statements. It holds no connection between statements,
+//     so it works through connection poolers (PgBouncer in transaction
+//     mode, ProxySQL), where session locks do not.
+//
+// Both give every acquisition a fencing token, re-enter for the owner in
+// ctx (lock.WithOwner; lock.Do adds one), renew or check through package
+// watchdog, close Lost and cancel lock.Do's ctx when the lock is lost, and
+// report to lock.Metrics and a *slog.Logger like every coordkit lock.
+//
+// # Schema
+//
+// Client.CreateTable creates the Client's table (CREATE TABLE IF NOT
+// EXISTS); the first Obtain of a Client checks its columns and primary key
+// and returns ErrSchema, naming what is wrong and the DDL, if they are not
+// these (MySQL types; PostgreSQL uses text, bigint and timestamptz):
+//
+//	-- session locks' fencing rows (WithTable; default coordkit_fences)
+//	CREATE TABLE coordkit_fences (
+//	  name    VARBINARY(512) NOT NULL PRIMARY KEY, -- prefix + key
+//	  token   BIGINT NOT NULL,         -- the last fencing token issued
+//	  owner   VARBINARY(255) NOT NULL, -- the last holder's owner
+//	  session BIGINT NOT NULL,         -- its CONNECTION_ID() / backend pid
+//	  expires BIGINT NOT NULL          -- µs since 1970 (database clock); 0 once released
+//	) ENGINE=InnoDB
+//
+//	-- the lease table (WithTable; default coordkit_locks)
+//	CREATE TABLE coordkit_locks (
+//	  name    VARBINARY(512) NOT NULL PRIMARY KEY,
+//	  owner   VARBINARY(255) NOT NULL, -- '' once released
+//	  token   BIGINT NOT NULL,
+//	  expires DATETIME(6) NOT NULL     -- UTC (timestamptz on PostgreSQL)
+//	) ENGINE=InnoDB
+//
+// The name is the prefix (WithPrefix, default "coordkit:") and the key: a
+// key is 1 to MaxKeyLen bytes of UTF-8 without NUL; byte strings compare
+// exactly (VARBINARY, text), so "Key", "key" and "key " are three locks.
+// Rows stay after a release (a row's token is the next one's floor); the
+// rows of keys no longer used may be deleted while free (tokens then start
+// again from the database's clock, which is above every token issued).
+//
+// A MySQL lock name is the name itself when it is at most 64 bytes (MySQL's
+// limit; MariaDB's is 192) of a-z, 0-9 and _.:/-, and otherwise the prefix,
+// '#' and at least 31 hex digits of SHA-256(key), so that the case rules
+// of MySQL versions do not matter. GET_LOCK names are server-wide, across
+// databases. A PostgreSQL advisory key is the first 64 bits of
+// SHA-256(name), in the database's advisory key space (shared with the
+// application's own pg_advisory_lock(bigint) calls): two names collide
+// with probability about n²/2⁶⁵ for n names in use, and then share a lock
+// (never a fencing row: tokens stay right).
+//
+// # Session locks
+//
+// Acquisition is one statement on a pinned connection (db.Conn) that takes
+// the lock, increments the fencing counter and sets the row's expiry:
+//
+//	MySQL:      INSERT INTO fences ... SELECT ... FROM DUAL WHERE GET_LOCK(name, wait) = 1
+//	            ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(...), expires = ...
+//	PostgreSQL: WITH cfg AS (SELECT set_config('lock_timeout', wait, true)),
+//	            l AS (SELECT pg_advisory_lock(key) FROM cfg)
+//	            INSERT INTO fences ... SELECT ... FROM l ON CONFLICT (name) DO UPDATE ... RETURNING token
+//
+// TryObtain uses GET_LOCK(name, 0) and pg_try_advisory_lock. A waiter
+// waits in the server a slice at a time (WithWaitSlice, 1 s): GET_LOCK's
+// timeout, or a lock_timeout that ends with the statement's implicit
+// transaction. Each statement runs on a ctx detached from the caller's
+// cancellation (drivers close a connection whose statement is cancelled,
+// and the server can still grant the lock to the dead session), in a
+// goroutine of the Client's; a caller whose ctx ends returns at once, and
+// the goroutine gives back whatever its statement took and returns the
+// connection to the pool. Goroutines of one Client that want the same key
+// wait in a local line, so only one of them holds a connection waiting in
+// the server.
+//
+// While held, the watchdog checks the pinned connection every TTL/3 with
+// one statement that proves the lock is still this session's (WHERE
+// IS_USED_LOCK(name) = CONNECTION_ID(); EXISTS a granted advisory lock of
+// pg_backend_pid() in pg_locks) and moves the row's expiry to the
+// database's now + TTL. A broken connection or a lock not held loses the
+// lease at once (ErrSessionLost, lock.ErrNotHeld); checks that fail for a
+// whole TTL lose it with watchdog.ErrExpired. A lost lease's connection is
+// closed, never returned to the pool: its session ends and the server
+// frees the lock.
+//
+// Release is one statement that frees the lock and sets the row's expiry
+// to 0 (MySQL: UPDATE ... WHERE name AND token AND RELEASE_LOCK(name) = 1,
+// which InnoDB evaluates once on the locked row; PostgreSQL: WITH u AS
+// (UPDATE ... RETURNING 1) SELECT pg_advisory_unlock(key) FROM u, since a
+// qualification in READ COMMITTED can run twice on a concurrently updated
+// row). The connection then goes back to the pool holding nothing; a
+// release that is not confirmed closes it instead. An uncontended
+// lock-and-release costs two round trips.
+//
+// Unclean ends. The server frees a session lock the moment the session
+// ends: the holder's process died, its connection was cut or killed
+// (KILL, pg_terminate_backend, wait_timeout, a proxy), or the server
+// crashed and restarted. The holder may then still believe it holds the
+// lock until its next check. The fencing row bridges that gap: when the
+// acquisition finds the previous hold's expiry ahead (it ended without a
+// release), the new holder's Obtain waits until that expiry (the previous
+// holder's last check plus its TTL, by the database's clock: the time by
+// which that holder has reported the loss) before it returns; TryObtain
+// returns lock.ErrNotObtained instead. So a crashed holder's lock passes
+// on after at most its TTL, not at once: choose the TTL accordingly.
+//
+// # Lease table
+//
+// Acquisition is one statement: insert the row, or take it over if its
+// expiry has passed by the database's clock (now() on PostgreSQL,
+// UTC_TIMESTAMP(6) on MySQL), with the next token:
+//
+//	PostgreSQL: INSERT ... ON CONFLICT (name) DO UPDATE SET ... WHERE l.expires <= now() RETURNING token
+//	            (in a WITH that also reads the holder's time left, for the waiter's next poll)
+//	MySQL:      INSERT ... ON DUPLICATE KEY UPDATE owner = IF(expires <= UTC_TIMESTAMP(6), ...), ...
+//	            token = IF(..., LAST_INSERT_ID(next token), token + LAST_INSERT_ID(0)), expires = ...
+//
+// On MySQL the new token travels as the statement's insert ID (0 if the
+// lock is held), which does not depend on clientFoundRows the way the
+// number of rows affected does. Renewal (every TTL/3, by the watchdog) is
+// UPDATE ... SET expires = now + TTL WHERE name = ? AND token = ?;
+// release marks the row free the same way. A MySQL update that changed no
+// row is confirmed by a read, so a DSN without clientFoundRows=true is
+// fine. Waiters poll with exponential backoff and jitter (WithPoll), never
+// past the holder's expiry when PostgreSQL reports it; ctx bounds every
+// wait. An acquisition answered after its TTL has run since it was sent is
+// given back, never returned.
+//
+// # Fencing tokens
+//
+// A token is the larger of the row's last token + 1 and the database's
+// clock in microseconds since 1970, written in the statement that takes
+// the lock (both dialects allow one statement). It is strictly larger for
+// every new acquisition of a key as long as the row survives (the counter)
+// or the database's clock does not go back (the floor: a row deleted, or
+// restored from an older backup, starts again above every token issued
+// before, since no key is taken a million times a second). Re-entry
+// returns the hold's token.
+//
+// # Guarantees
+//
+// Mutual exclusion holds while the database is one server (or a
+// synchronous primary), the holder's process and the database agree on the
+// passing of time within the TTL, and the database's clock does not jump:
+//
+//   - The holder's process pauses past its TTL (GC, SIGSTOP): a session
+//     lock stays held (the server knows nothing of the pause) unless its
+//     connection ended meanwhile, in which case the next owner waited for
+//     the row's expiry; a lease-table row expires and is taken over. Lost
+//     closes when the watchdog runs again; later writes carry the older
+//     token.
+//   - The database is paused: nobody acquires anything; the holder's Lost
+//     closes a TTL after its last successful check or renewal, and its
+//     session lock's connection is closed, so the server frees the lock
+//     once it runs again.
+//   - The database crashes and restarts: session locks end, and the next
+//     owner waits for the row's expiry (committed, so it survives the
+//     crash with InnoDB and PostgreSQL's durable defaults); the lease table
+//     keeps its rows and its holders renew them once the server is back.
+//   - A connection is cut or killed: a session lock is lost at the next
+//     check (TTL/3), and passes on after the row's expiry; the lease table
+//     reconnects and is not affected.
+//   - An asynchronous replica promoted after a failover may lack the last
+//     acquisitions: the lease table's rows and the tokens' clock floor
+//     follow the new primary, session locks are gone with the old one.
+//     Fencing tokens stay increasing unless the new primary's clock is
+//     behind.
+//
+// Liveness: a lock whose holder released is free at once; one whose holder
+// vanished is free at most a TTL after its last check or renewal. A
+// session lock's waiters are served by the server (MariaDB and PostgreSQL
+// grant waiters, as a rule, in the order they queued); lease-table waiters race, and one can
+// starve under constant contention. Each hold of a session lock, and each
+// Client's waiter at the front of a key's line, occupies a connection of
+// the pool (db.SetMaxOpenConns bounds them; Obtain then waits for a free
+// one, within ctx).
+//
+// # When not to use it
+//
+// Session locks do not work through a pooler that multiplexes sessions
+// (PgBouncer in transaction or statement mode): each statement may run on
+// another server connection, and the check reports the lease lost at once.
+// Use the lease table there. A replicated database with asynchronous
+// failover is as safe as its replication: use fencing tokens, or zklock.
+// For a counter or a stock level, a conditional UPDATE or a version column
+// needs no lock at all; for several rows that change together, a
+// transaction with SELECT ... FOR UPDATE is the database's own lock. Each hold of a session lock keeps a
+// connection busy: thousands of simultaneous holds want the lease table.
+package sqllock
