@@ -393,7 +393,7 @@ func (c *Client) releaseHeld(ctx context.Context, h *hold) {
 		c.unlockConn(ctx, h.conn, h.id)
 		return
 	}
-	c.db.ExecContext(ctx, c.lsq.release, h.name, h.token)
+	c.exec(ctx, c.db, c.lsq.release, h.name, h.token)
 }
 
 // enterLine takes key's place at the front of the Client's local line,
@@ -467,11 +467,11 @@ func (c *Client) Holder(ctx context.Context, key string) (owner string, token in
 	var row *sql.Row
 	switch {
 	case c.kind == kindLease:
-		row = c.db.QueryRowContext(ctx, c.lsq.holder, name)
+		row = c.queryRow(ctx, c.db, c.lsq.holder, name)
 	case c.d == MySQL:
-		row = c.db.QueryRowContext(ctx, c.ses.holder, name, mysqlLockName(c.o.prefix, key))
+		row = c.queryRow(ctx, c.db, c.ses.holder, name, mysqlLockName(c.o.prefix, key))
 	default:
-		row = c.db.QueryRowContext(ctx, c.ses.holder, pgLockKey(name), name)
+		row = c.queryRow(ctx, c.db, c.ses.holder, pgLockKey(name), name)
 	}
 	switch err := row.Scan(&owner, &token); {
 	case errors.Is(err, sql.ErrNoRows):
@@ -526,7 +526,7 @@ func (c *Client) Close() error {
 					"key", h.key, "token", h.token, "err", err)
 			}
 		case c.kind == kindLease:
-			if _, err := c.db.ExecContext(ctx, c.lsq.release, h.name, h.token); err != nil {
+			if _, err := c.exec(ctx, c.db, c.lsq.release, h.name, h.token); err != nil {
 				c.obs.Debug("freeing a lease-table row at Close failed; it expires after its TTL",
 					"key", h.key, "token", h.token, "err", err)
 			}

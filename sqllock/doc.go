@@ -101,7 +101,13 @@
 // qualification in READ COMMITTED can run twice on a concurrently updated
 // row). The connection then goes back to the pool holding nothing; a
 // release that is not confirmed closes it instead. An uncontended
-// lock-and-release costs two round trips.
+// lock-and-release costs two round trips (after the first use of a
+// PostgreSQL connection, whose statements pgx prepares and caches). On
+// MySQL the Client writes its arguments into its statements (strings as
+// hex literals, read the same under every sql_mode and character set):
+// go-sql-driver/mysql would otherwise prepare every statement with
+// arguments first, a round trip more, unless the DSN sets
+// interpolateParams=true.
 //
 // Unclean ends. The server frees a session lock the moment the session
 // ends: the holder's process died, its connection was cut or killed
@@ -130,7 +136,8 @@
 // lock is held), which does not depend on clientFoundRows the way the
 // number of rows affected does. Renewal (every TTL/3, by the watchdog) is
 // UPDATE ... SET expires = now + TTL WHERE name = ? AND token = ?;
-// release marks the row free the same way. A MySQL update that changed no
+// release marks the row free the same way. A renewal attempt lasts at most
+// TTL/3 (then it is logged, reported and tried again). A MySQL update that changed no
 // row is confirmed by a read, so a DSN without clientFoundRows=true is
 // fine. Waiters poll with exponential backoff and jitter (WithPoll), never
 // past the holder's expiry when PostgreSQL reports it; ctx bounds every
@@ -171,6 +178,12 @@
 //   - A connection is cut or killed: a session lock is lost at the next
 //     check (TTL/3), and passes on after the row's expiry; the lease table
 //     reconnects and is not affected.
+//   - The holder is partitioned from the database (nothing gets through,
+//     the connection stays open): a session lock is lost a TTL after its
+//     last check, and its connection closed; the server keeps the session,
+//     and the lock, until it hears of the close (when the link heals) or
+//     gives up on the connection itself (TCP keepalive, wait_timeout,
+//     idle_session_timeout): safe, but the lock is unavailable meanwhile.
 //   - An asynchronous replica promoted after a failover may lack the last
 //     acquisitions: the lease table's rows and the tokens' clock floor
 //     follow the new primary, session locks are gone with the old one.

@@ -212,3 +212,5 @@ func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) 
 	}
 	return 0
 }
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -118,6 +118,9 @@ func (c *Client) sessionTry(ctx context.Context, conn *sql.Conn, r *request, sli
 	}
 	res := make(chan outcome)
 	abandon := make(chan struct{})
+	if c.d == MySQL { // GET_LOCK waits whole seconds
+		slice = time.Duration(math.Ceil(slice.Seconds())) * time.Second
+	}
 	go func() { // owned by c (track): Close waits for it
 		defer c.wg.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), slice+r.o.TTL)
@@ -159,8 +162,8 @@ func (c *Client) sessionStmt(ctx context.Context, conn *sql.Conn, r *request, sl
 	if c.d == MySQL {
 		// GET_LOCK's timeout: whole seconds for MySQL (MariaDB takes
 		// fractions), 0 for one try.
-		secs := int64(math.Ceil(slice.Seconds()))
-		res, err := conn.ExecContext(ctx, c.ses.acquire, r.name, r.owner, ttl, r.id, secs, ttl)
+		secs := int64(slice / time.Second)
+		res, err := c.exec(ctx, conn, c.ses.acquire, r.name, r.owner, ttl, r.id, secs, ttl)
 		if err != nil {
 			return outcome{err: err, dirty: true}
 		}
@@ -174,7 +177,7 @@ func (c *Client) sessionStmt(ctx context.Context, conn *sql.Conn, r *request, sl
 			return outcome{}
 		}
 		var token, waitUS int64
-		if err := conn.QueryRowContext(ctx, c.ses.grace, ttl, r.name).Scan(&token, &waitUS); err != nil {
+		if err := c.queryRow(ctx, conn, c.ses.grace, ttl, r.name).Scan(&token, &waitUS); err != nil {
 			return outcome{err: err, dirty: true}
 		}
 		return outcome{token: token, ok: true, wait: max(time.Duration(waitUS)*time.Microsecond, 0)}
@@ -182,10 +185,10 @@ func (c *Client) sessionStmt(ctx context.Context, conn *sql.Conn, r *request, sl
 	var token, waitUS int64
 	var err error
 	if slice == 0 {
-		err = conn.QueryRowContext(ctx, c.ses.try, r.id, r.name, r.owner, ttl).Scan(&token, &waitUS)
+		err = c.queryRow(ctx, conn, c.ses.try, r.id, r.name, r.owner, ttl).Scan(&token, &waitUS)
 	} else {
 		timeout := strconv.FormatInt(max(slice.Milliseconds(), 1), 10) + "ms"
-		err = conn.QueryRowContext(ctx, c.ses.acquire, r.id, r.name, r.owner, ttl, timeout).Scan(&token, &waitUS)
+		err = c.queryRow(ctx, conn, c.ses.acquire, r.id, r.name, r.owner, ttl, timeout).Scan(&token, &waitUS)
 	}
 	switch {
 	case err == nil:
@@ -205,7 +208,7 @@ func (c *Client) sessionStmt(ctx context.Context, conn *sql.Conn, r *request, sl
 // (discarded: its session ends, freeing whatever it held).
 func (c *Client) unlockConn(ctx context.Context, conn *sql.Conn, id any) bool {
 	var v sql.NullBool
-	if err := conn.QueryRowContext(ctx, c.ses.unlock, id).Scan(&v); err != nil {
+	if err := c.queryRow(ctx, conn, c.ses.unlock, id).Scan(&v); err != nil {
 		c.obs.Debug("unlocking a session lock failed; closing its connection", "lock", id, "err", err)
 		discard(conn)
 		return false
@@ -273,7 +276,7 @@ func (c *Client) sessionCheck(h *hold) func(ctx context.Context) error {
 		ok, err := c.sessionWrite(ctx, conn, c.ses.check, args)
 		if err == nil && !ok && c.d == MySQL { // nothing changed within a microsecond?
 			var n int64
-			err = conn.QueryRowContext(ctx, c.ses.confirm, h.name, h.token, h.id).Scan(&n)
+			err = c.queryRow(ctx, conn, c.ses.confirm, h.name, h.token, h.id).Scan(&n)
 			ok = n > 0
 		}
 		switch {
@@ -294,7 +297,7 @@ func (c *Client) sessionCheck(h *hold) func(ctx context.Context) error {
 // SELECT a boolean).
 func (c *Client) sessionWrite(ctx context.Context, conn *sql.Conn, stmt string, args []any) (bool, error) {
 	if c.d == MySQL {
-		res, err := conn.ExecContext(ctx, stmt, args...)
+		res, err := c.exec(ctx, conn, stmt, args...)
 		if err != nil {
 			return false, err
 		}
@@ -302,7 +305,7 @@ func (c *Client) sessionWrite(ctx context.Context, conn *sql.Conn, stmt string, 
 		return n == 1, err
 	}
 	var ok sql.NullBool
-	err := conn.QueryRowContext(ctx, stmt, args...).Scan(&ok)
+	err := c.queryRow(ctx, conn, stmt, args...).Scan(&ok)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

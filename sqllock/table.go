@@ -34,6 +34,12 @@ func (c *Client) leaseAcquire(ctx context.Context, r *request) (*hold, error) {
 		case res.err != nil && Retryable(res.err) && retries < maxRetries && ctx.Err() == nil:
 			retries++ // a deadlock between upserts of one key (MySQL): try again
 			continue
+		case res.err != nil && errors.Is(res.err, context.DeadlineExceeded) && ctx.Err() == nil:
+			// No answer within the TTL: a row the statement may have taken
+			// expires by itself. Not obtained; Obtain tries again.
+			if !r.block {
+				return nil, errors.Join(lock.ErrNotObtained, fmt.Errorf("sqllock: obtain %q: no answer within the TTL: %w", r.key, res.err))
+			}
 		case res.err != nil:
 			if ctx.Err() != nil {
 				return nil, notObtainedCtx(ctx.Err())
@@ -46,7 +52,7 @@ func (c *Client) leaseAcquire(ctx context.Context, r *request) (*hold, error) {
 			// (a stalled link, a paused process): the row may have expired
 			// and be taken by now. Give it back and try again.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			c.db.ExecContext(cctx, c.lsq.release, r.name, res.token)
+			c.exec(cctx, c.db, c.lsq.release, r.name, res.token)
 			cancel()
 			if !r.block {
 				return nil, lock.ErrNotObtained
@@ -88,7 +94,7 @@ func (c *Client) leaseTry(ctx context.Context, r *request) (res leaseResult, giv
 		case <-abandon:
 			if res.token > 0 {
 				cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-				c.db.ExecContext(cctx, c.lsq.release, r.name, res.token)
+				c.exec(cctx, c.db, c.lsq.release, r.name, res.token)
 				cancel()
 			}
 		}
@@ -107,7 +113,7 @@ func (c *Client) leaseTry(ctx context.Context, r *request) (res leaseResult, giv
 func (c *Client) leaseStmt(ctx context.Context, r *request) leaseResult {
 	us := r.o.TTL.Microseconds()
 	if c.d == MySQL {
-		res, err := c.db.ExecContext(ctx, c.lsq.acquire, r.name, r.owner, us)
+		res, err := c.exec(ctx, c.db, c.lsq.acquire, r.name, r.owner, us)
 		if err != nil {
 			return leaseResult{err: err}
 		}
@@ -115,7 +121,7 @@ func (c *Client) leaseStmt(ctx context.Context, r *request) leaseResult {
 		return leaseResult{token: token, err: err}
 	}
 	var token, leftMS int64
-	err := c.db.QueryRowContext(ctx, c.lsq.acquire, r.name, r.owner, us).Scan(&token, &leftMS)
+	err := c.queryRow(ctx, c.db, c.lsq.acquire, r.name, r.owner, us).Scan(&token, &leftMS)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) { // no rows: the holder's row vanished meanwhile
 		return leaseResult{err: err}
 	}
@@ -127,6 +133,11 @@ func (c *Client) leaseStmt(ctx context.Context, r *request) leaseResult {
 // token.
 func (c *Client) leaseRenewal(h *hold) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
+		// One attempt lasts at most a renewal interval: a database that
+		// does not answer shows as failed renewals (logged, retried)
+		// before the lease expires.
+		ctx, cancel := context.WithTimeout(ctx, h.ttl/3)
+		defer cancel()
 		n, err := c.leaseUpdate(ctx, c.lsq.renew, h, true)
 		switch {
 		case err != nil:
@@ -160,7 +171,7 @@ func (c *Client) leaseUpdate(ctx context.Context, stmt string, h *hold, withTTL 
 	if withTTL {
 		args = append([]any{h.ttl.Microseconds()}, args...)
 	}
-	res, err := c.db.ExecContext(ctx, stmt, args...)
+	res, err := c.exec(ctx, c.db, stmt, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -168,6 +179,6 @@ func (c *Client) leaseUpdate(ctx context.Context, stmt string, h *hold, withTTL 
 	if err != nil || n > 0 || c.d != MySQL {
 		return n, err
 	}
-	err = c.db.QueryRowContext(ctx, c.lsq.confirm, h.name, h.token).Scan(&n)
+	err = c.queryRow(ctx, c.db, c.lsq.confirm, h.name, h.token).Scan(&n)
 	return n, err
 }

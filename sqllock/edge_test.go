@@ -1,0 +1,317 @@
+package sqllock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/internal/locktest"
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+// proxiedDB is a pool on b's shared server through a new fault proxy.
+func (b backend) proxiedDB(t *testing.T) (*sql.DB, *testserver.Proxy) {
+	px := testserver.StartProxy(t, b.server().Addr())
+	if b.dialect == sqllock.MySQL {
+		return openDB(t, "mysql", maria.DSNAt(px.Addr(), "timeout=1s")), px
+	}
+	return openDB(t, "pgx", pg.DSNAt(px.Addr(), "connect_timeout=1")), px
+}
+
+// exec runs q with args on db, failing the test on error.
+func exec(t *testing.T, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killSession ends key's holder's database session from outside, as an
+// operator (or wait_timeout) would.
+func killSession(t *testing.T, b backend, key string) {
+	t.Helper()
+	db := b.openDB(t)
+	var id int64
+	q := "SELECT session FROM " + sqllock.DefaultFenceTable + " WHERE name = ?"
+	if b.dialect == sqllock.Postgres {
+		q = "SELECT session FROM " + sqllock.DefaultFenceTable + " WHERE name = $1"
+	}
+	if err := db.QueryRowContext(context.Background(), q, sqllock.DefaultPrefix+key).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if b.dialect == sqllock.MySQL {
+		exec(t, db, "KILL ?", id)
+	} else {
+		exec(t, db, "SELECT pg_terminate_backend($1::int)", id)
+	}
+}
+
+// TestCloseReleasesCleanly: Close reports the leases lost and releases
+// them: another owner obtains the key at once, without waiting for a
+// session lock's row to expire.
+func TestCloseReleasesCleanly(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		key := uniqueKey(t)
+		c := b.client(t, nil)
+		l := mustObtain(t, ctx, c, key, lock.WithTTL(10*time.Second))
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.LostCause(l); !errors.Is(err, lock.ErrClosed) {
+			t.Fatalf("LostCause after Close: %v", err)
+		}
+		if _, err := b.client(t, nil).TryObtain(ctx, key); err != nil {
+			t.Fatalf("TryObtain right after Close: %v", err)
+		}
+	})
+}
+
+// TestUncleanEndWaitsForExpiry: a session lock's session is killed from
+// outside while held. Its holder reports the loss at its next check; until
+// the row's expiry (its last check + TTL) another owner's TryObtain is
+// refused, and the refusal gives back what it took (the next Obtain does
+// not wait longer); Obtain returns after the holder's loss, by then.
+func TestUncleanEndWaitsForExpiry(t *testing.T) {
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			const ttl = 1500 * time.Millisecond
+			ctx := ctxTimeout(t, 20*time.Second)
+			key := uniqueKey(t)
+			l := mustObtain(t, ctx, b.client(t, nil), key, lock.WithTTL(ttl))
+			loss := watchLoss(t, l)
+			killed := time.Now()
+			killSession(t, b, key)
+			other := b.client(t, nil)
+			for i := 0; i < 3; i++ {
+				if _, err := other.TryObtain(ctx, key, lock.WithTTL(ttl)); !errors.Is(err, lock.ErrNotObtained) {
+					t.Fatalf("TryObtain %v after the session was killed: %v, want lock.ErrNotObtained", time.Since(killed), err)
+				}
+			}
+			next := mustObtain(t, ctx, other, key, lock.WithTTL(ttl))
+			defer next.Release(ctx)
+			got := time.Now()
+			waitClosed(t, l.Lost(), time.Second, "Lost of the killed session's lease")
+			if err := lock.LostCause(l); !errors.Is(err, sqllock.ErrSessionLost) {
+				t.Errorf("LostCause: %v, want ErrSessionLost", err)
+			}
+			t.Logf("lost %v after the kill, next owner %v after it", loss.when().Sub(killed), got.Sub(killed))
+			if got.Before(loss.when()) {
+				t.Errorf("the next owner obtained the lock %v before the holder's loss", loss.when().Sub(got))
+			}
+			if got.Sub(killed) > ttl+slack {
+				t.Errorf("the next owner waited %v, more than the TTL %v: the refused TryObtains extended the row", got.Sub(killed), ttl)
+			}
+		})
+	}
+}
+
+// TestLostReplyAcquisition: the database takes the lock but its answer
+// never reaches the client (a link black-holed towards the client). Obtain
+// returns when its ctx ends; the lock it took is not held forever: another
+// owner obtains it within the abandoned statement's bound (its slice plus
+// its TTL) and the row's expiry.
+func TestLostReplyAcquisition(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		const ttl = 600 * time.Millisecond
+		ctx := ctxTimeout(t, 30*time.Second)
+		key := uniqueKey(t)
+		db, px := b.proxiedDB(t)
+		c := b.client(t, db, sqllock.WithWaitSlice(200*time.Millisecond))
+		mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
+		px.SetBlackholeToClient(true)
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err := c.Obtain(wctx, key, lock.WithTTL(ttl))
+		cancel()
+		if !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("Obtain without answers: %v, want lock.ErrNotObtained", err)
+		}
+		start := time.Now()
+		l := mustObtain(t, ctx, b.client(t, nil), key, lock.WithTTL(ttl))
+		defer l.Release(ctx)
+		took := time.Since(start)
+		t.Logf("the next owner obtained the lock %v later", took)
+		if bound := 200*time.Millisecond + 2*ttl + slack; took > bound {
+			t.Errorf("the lock of the lost reply was held %v, more than %v", took, bound)
+		}
+		px.Reset()
+	})
+}
+
+// TestStalledLink: the holder's link stops delivering anything, both ways,
+// with the connection open (a partition: the server keeps the session,
+// and hears nothing of the client's closing it). The holder reports the
+// loss a TTL after its last check and closes its connection; the server
+// keeps the lock until the close reaches it (here: when the link heals),
+// and another owner obtains it only then, after the holder's loss.
+func TestStalledLink(t *testing.T) {
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 30*time.Second)
+			key := uniqueKey(t)
+			db, px := b.proxiedDB(t)
+			l := mustObtain(t, ctx, b.client(t, db), key, lock.WithTTL(faultTTL))
+			loss := watchLoss(t, l)
+			px.SetBlackhole(true)
+			other := obtainSoon(ctx, b.client(t, nil), key)
+			waitClosed(t, l.Lost(), faultTTL+slack, "Lost on a stalled link")
+			time.Sleep(300 * time.Millisecond)
+			select {
+			case got := <-other:
+				t.Fatalf("another owner obtained the lock while the holder's session was open: %v", got.err)
+			default:
+			}
+			healed := time.Now()
+			px.Reset()
+			got := <-other
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			defer got.l.Release(ctx)
+			t.Logf("lost %v before the link healed; the next owner obtained the lock %v after it", healed.Sub(loss.when()), got.at.Sub(healed))
+			if got.at.Before(loss.when()) {
+				t.Errorf("the next owner obtained the lock %v before the holder's loss", loss.when().Sub(got.at))
+			}
+		})
+	}
+}
+
+// TestTokenAfterRowDeleted: tokens start from the database's clock when a
+// row is gone (deleted while free, or lost with a restore from an older
+// backup): still above every token issued before.
+func TestTokenAfterRowDeleted(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		key := uniqueKey(t)
+		c := b.client(t, nil)
+		var last int64
+		for i := 0; i < 20; i++ { // runs the counter ahead of the clock, a little
+			l := mustObtain(t, ctx, c, key)
+			last = l.Token()
+			l.Release(ctx)
+		}
+		table, q := sqllock.DefaultFenceTable, "DELETE FROM %s WHERE name = ?"
+		if b.lease {
+			table = sqllock.DefaultLeaseTable
+		}
+		if b.dialect == sqllock.Postgres {
+			q = "DELETE FROM %s WHERE name = $1"
+		}
+		exec(t, b.openDB(t), sprintf(q, table), sqllock.DefaultPrefix+key)
+		l := mustObtain(t, ctx, c, key)
+		defer l.Release(ctx)
+		if l.Token() <= last {
+			t.Fatalf("token after the row was deleted %d, not above %d", l.Token(), last)
+		}
+	})
+}
+
+// TestLeaseTableLateAnswer: an acquisition not answered within its TTL
+// (here every byte is delayed by the TTL) may have expired in the database
+// by the time the answer comes: TryObtain reports lock.ErrNotObtained,
+// never a lease, and the row it may have taken expires.
+func TestLeaseTableLateAnswer(t *testing.T) {
+	for _, b := range backends[2:] {
+		t.Run(b.name, func(t *testing.T) {
+			const ttl = 200 * time.Millisecond
+			ctx := ctxTimeout(t, 20*time.Second)
+			key := uniqueKey(t)
+			db, px := b.proxiedDB(t)
+			c := b.client(t, db)
+			mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
+			px.SetLatency(ttl)
+			if _, err := c.TryObtain(ctx, key, lock.WithTTL(ttl)); !errors.Is(err, lock.ErrNotObtained) {
+				t.Fatalf("TryObtain answered late: %v, want lock.ErrNotObtained", err)
+			}
+			px.Reset()
+			time.Sleep(ttl)
+			if owner, _, err := c.Holder(ctx, key); err != nil || owner != "" {
+				t.Fatalf("Holder a TTL after the late answer: %q, %v; want the row expired", owner, err)
+			}
+		})
+	}
+}
+
+// TestClientFoundRows: MySQL's DSN option clientFoundRows=true changes what
+// RowsAffected counts; both MySQL lockers work either way (their renewals
+// and releases included).
+func TestClientFoundRows(t *testing.T) {
+	for _, b := range []backend{backends[0], backends[2]} {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 20*time.Second)
+			c := b.client(t, b.openDB(t, "clientFoundRows=true"))
+			l := mustObtain(t, ctx, c, uniqueKey(t), lock.WithTTL(150*time.Millisecond))
+			time.Sleep(400 * time.Millisecond) // a few renewals
+			if err := lock.LostCause(l); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestObservability: the database paused while a lease-table lease is
+// held: the renewals that time out are logged and reported, then the loss
+// (expired), with the key the metrics key function makes.
+func TestObservability(t *testing.T) {
+	for _, b := range backends[2:] {
+		t.Run(b.name, func(t *testing.T) {
+			srv := b.server()
+			keepRunning(t, srv)
+			logs, m := &locktest.LogRecorder{}, &locktest.MetricsRecorder{}
+			c := b.client(t, b.shortDB(t), sqllock.WithLogger(slog.New(logs)), sqllock.WithMetrics(m),
+				sqllock.WithMetricsKey(locktest.MetricsKey))
+			locktest.LossObserved(t, c, uniqueKey(t), logs, m, func() {
+				if err := srv.Pause(); err != nil {
+					t.Fatal(err)
+				}
+			}, watchdog.ErrExpired)
+		})
+	}
+}
+
+// TestObservabilitySession: a session lock's session killed: the loss is
+// logged at Warn with its key, owner, token and cause, and the hooks see
+// one wait, checks, one loss and one release, with the mapped key.
+func TestObservabilitySession(t *testing.T) {
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 20*time.Second)
+			logs, m := &locktest.LogRecorder{}, &locktest.MetricsRecorder{}
+			c := b.client(t, nil, sqllock.WithLogger(slog.New(logs)), sqllock.WithMetrics(m),
+				sqllock.WithMetricsKey(locktest.MetricsKey))
+			key := uniqueKey(t)
+			l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
+			time.Sleep(250 * time.Millisecond) // a check or two
+			killSession(t, b, key)
+			waitClosed(t, l.Lost(), time.Second, "Lost of the killed session's lease")
+			if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+				t.Fatalf("Release of the lost lease: %v", err)
+			}
+			r, attrs, ok := logs.Find("lease lost")
+			if !ok || r.Level != slog.LevelWarn || attrs["key"] != key || attrs["token"] != l.Token() || attrs["owner"] == "" {
+				t.Fatalf("lease lost record: %v %v", r, attrs)
+			}
+			if cause, _ := attrs["cause"].(error); !errors.Is(cause, lock.ErrLockLost) || !errors.Is(cause, sqllock.ErrSessionLost) {
+				t.Errorf("lease lost cause: %v", attrs["cause"])
+			}
+			renewed := m.Get("renewed")
+			if len(m.Get("waited")) != 1 || len(m.Get("lost")) != 1 || len(m.Get("released")) != 1 || len(renewed) < 2 || renewed[0] != nil {
+				t.Errorf("hook calls: %v", m.Calls())
+			}
+			for _, call := range m.Calls() {
+				if call[len(call)-len(" orders"):] != " orders" {
+					t.Errorf("hook call %q without the mapped key", call)
+				}
+			}
+		})
+	}
+}
