@@ -2,7 +2,7 @@
 // fleet already runs: MySQL or MariaDB, and PostgreSQL. It takes a
 // *sql.DB and imports no driver (tests and examples use
 // github.com/go-sql-driver/mysql and github.com/jackc/pgx/v5/stdlib). It
-// has two locks:
+// has two locks, and the database recipes that need none (below):
 //
 //   - Session locks (NewMySQL: GET_LOCK; NewPostgres: advisory locks) live
 //     in the server's memory, held by one database session: a connection
@@ -199,6 +199,31 @@
 // the pool (db.SetMaxOpenConns bounds them; Obtain then waits for a free
 // one, within ctx).
 //
+// # Recipes without a lock
+//
+// The ticket-stock recipes of a database, as helpers:
+//
+//   - Stock.Take: one conditional UPDATE ... SET n = n - k WHERE id = ? AND
+//     n >= k, its rows affected checked (ErrInsufficient): atomic by the
+//     database's row lock, one round trip. Right when the whole critical
+//     section is one row's arithmetic.
+//   - ForUpdate: a transaction that first locks its rows with SELECT ... FOR
+//     UPDATE, then runs fn; Tx is the same without the SELECT. Deadlocks
+//     and lock wait timeouts of either database (MySQL 1213 and 1205,
+//     PostgreSQL 40P01 and 55P03) and serialization failures (40001) roll
+//     back and run it again, a bounded number of times with backoff
+//     (WithAttempts, WithBackoff). Right for several rows that change
+//     together; index the WHERE columns (InnoDB locks every row it scans).
+//   - Versioned.Update: read the row and its version, compute, then UPDATE
+//     ... SET ..., version = version + 1 WHERE id = ? AND version = ?; no
+//     row changed means another writer got in between: back off and start
+//     again, a bounded number of times (ErrConflict). No lock is held while
+//     fn computes; under heavy contention on one row the retries cost more
+//     than a lock.
+//
+// Statements name tables and columns that must match [a-z_][a-z0-9_]*
+// (they are written into the SQL; values always travel as arguments).
+//
 // # When not to use it
 //
 // Session locks do not work through a pooler that multiplexes sessions
@@ -206,8 +231,9 @@
 // another server connection, and the check reports the lease lost at once.
 // Use the lease table there. A replicated database with asynchronous
 // failover is as safe as its replication: use fencing tokens, or zklock.
-// For a counter or a stock level, a conditional UPDATE or a version column
-// needs no lock at all; for several rows that change together, a
-// transaction with SELECT ... FOR UPDATE is the database's own lock. Each hold of a session lock keeps a
+// For a counter or a stock level, a conditional UPDATE (Stock.Take) or a
+// version column (Versioned) needs no lock at all; for several rows that
+// change together, a transaction with SELECT ... FOR UPDATE (ForUpdate) is
+// the database's own lock. Each hold of a session lock keeps a
 // connection busy: thousands of simultaneous holds want the lease table.
 package sqllock
