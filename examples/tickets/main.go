@@ -11,8 +11,15 @@
 // the stock, and so does a single Lua decrement, the right answer when the
 // whole critical section is one key.
 //
-// With no -redis (and no -masters / -zk) it starts the servers it needs on
-// loopback in a temporary directory and stops them when it ends.
+// The mysql:* and pg:* strategies keep the stock in a row of MariaDB/MySQL
+// or PostgreSQL and sell it under sqllock's session lock (session) or
+// lease table (lease), with one conditional UPDATE (update), in a
+// transaction after SELECT ... FOR UPDATE (forupdate), or by a version
+// compare-and-set (version): every one sells exactly the stock.
+//
+// With no -redis (and no -masters / -zk / -mysql / -postgres) it starts the
+// servers it needs on loopback in a temporary directory and stops them when
+// it ends.
 package main
 
 import (
@@ -36,6 +43,8 @@ func main() {
 	flag.StringVar(&c.redis, "redis", "", "Redis address for the stock (default: start one)")
 	flag.StringVar(&c.masters, "masters", "", "comma-separated Redlock masters (default: start three)")
 	flag.StringVar(&c.zk, "zk", "", "comma-separated ZooKeeper servers (default: start one)")
+	flag.StringVar(&c.mysql, "mysql", "", "MySQL/MariaDB DSN for the mysql:* strategies (default: start MariaDB)")
+	flag.StringVar(&c.postgres, "postgres", "", "PostgreSQL URL for the pg:* strategies (default: start PostgreSQL)")
 	flag.Parse()
 	c.strategies = strings.Split(strategies, ",")
 
@@ -51,11 +60,11 @@ func main() {
 
 func printTable(w io.Writer, c config, rs []result) {
 	fmt.Fprintf(w, "%d buyers over %d clients, %d tickets, %v of work per section\n\n", c.buyers, c.clients, c.stock, c.work)
-	fmt.Fprintf(w, "| %-10s | %5s | %5s | %8s | %9s | %10s |\n", "strategy", "sold", "left", "oversold", "elapsed", "sections/s")
-	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 12), strings.Repeat("-", 7), strings.Repeat("-", 7),
+	fmt.Fprintf(w, "| %-15s | %5s | %5s | %8s | %9s | %10s |\n", "strategy", "sold", "left", "oversold", "elapsed", "sections/s")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 17), strings.Repeat("-", 7), strings.Repeat("-", 7),
 		strings.Repeat("-", 10), strings.Repeat("-", 11), strings.Repeat("-", 12))
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %-10s | %5d | %5d | %8d | %9s | %10.0f |\n", r.strategy, r.sold, r.left, r.oversold,
+		fmt.Fprintf(w, "| %-15s | %5d | %5d | %8d | %9s | %10.0f |\n", r.strategy, r.sold, r.left, r.oversold,
 			r.elapsed.Round(time.Millisecond), r.rate)
 	}
 }

@@ -24,6 +24,7 @@ type config struct {
 	work                   time.Duration
 	strategies             []string
 	redis, masters, zk     string
+	mysql, postgres        string // DSNs; "" starts a server
 }
 
 type result struct {
@@ -42,6 +43,20 @@ type strategy struct {
 	name string
 	// setup returns one buy function per client and a cleanup.
 	setup func(ctx context.Context, e *servers, clients int) ([]buyFunc, func(), error)
+	// store returns where the stock is kept; nil: the stock's Redis.
+	store func(ctx context.Context, e *servers) (stockStore, error)
+}
+
+// stockStore keeps the stock that a strategy sells.
+type stockStore interface {
+	// set makes the stock n.
+	set(ctx context.Context, n int) error
+	// left returns the stock.
+	left(ctx context.Context) (int, error)
+	// section returns the critical section of client i of n: read the
+	// stock, return errSoldOut if it is zero, work, write it one lower
+	// and call sold.
+	sections(n int, work time.Duration, sold func()) ([]func(ctx context.Context) error, error)
 }
 
 // buyFunc makes one purchase attempt; it returns errSoldOut when the stock it
@@ -54,7 +69,9 @@ type purchase struct {
 	sold    func()
 }
 
-var allStrategies = []string{"none", "lock", "redlock", "zklock", "optimistic", "lua"}
+var allStrategies = []string{"none", "lock", "redlock", "zklock", "optimistic", "lua",
+	"mysql:session", "mysql:lease", "mysql:update", "mysql:forupdate", "mysql:version",
+	"pg:session", "pg:lease", "pg:update", "pg:forupdate", "pg:version"}
 
 var strategies = map[string]strategy{}
 
@@ -73,6 +90,8 @@ type servers struct {
 	redisAt   string
 	mastersAt []string // the Redlock masters, apart from the stock's Redis
 	zkAt      []string
+	mysqlAt   string // DSNs of the SQL servers started
+	pgAt      string
 }
 
 // masterAddrs returns the Redlock masters' addresses, starting
@@ -193,7 +212,14 @@ func run(ctx context.Context, c config) ([]result, error) {
 
 func runOne(ctx context.Context, c config, e *servers, s strategy) (result, error) {
 	res := result{strategy: s.name}
-	if err := e.rdb.Set(ctx, stockKey, c.stock, 0).Err(); err != nil {
+	var st stockStore = redisStore{e}
+	if s.store != nil {
+		var err error
+		if st, err = s.store(ctx, e); err != nil {
+			return res, err
+		}
+	}
+	if err := st.set(ctx, c.stock); err != nil {
 		return res, err
 	}
 	buys, cleanup, err := s.setup(ctx, e, c.clients)
@@ -203,31 +229,10 @@ func runOne(ctx context.Context, c config, e *servers, s strategy) (result, erro
 	defer cleanup()
 
 	var sold, sections atomic.Int64
-	section := func(rdb redis.UniversalClient) func(ctx context.Context) error {
-		return func(ctx context.Context) error {
-			v, err := rdb.Get(ctx, stockKey).Int()
-			if err != nil {
-				return err
-			}
-			if v <= 0 {
-				return errSoldOut
-			}
-			if c.work > 0 {
-				time.Sleep(c.work)
-			}
-			if err := rdb.Set(ctx, stockKey, v-1, 0).Err(); err != nil {
-				return err
-			}
-			sold.Add(1)
-			return nil
-		}
-	}
 	// Each simulated process reads the stock through a client of its own.
-	rdbs := make([]redis.UniversalClient, c.clients)
-	for i := range rdbs {
-		if rdbs[i], err = e.newRedis(); err != nil {
-			return res, err
-		}
+	secs, err := st.sections(c.clients, c.work, func() { sold.Add(1) })
+	if err != nil {
+		return res, err
 	}
 
 	start := time.Now()
@@ -239,7 +244,7 @@ func runOne(ctx context.Context, c config, e *servers, s strategy) (result, erro
 			defer wg.Done()
 			i := b % c.clients
 			for ctx.Err() == nil {
-				err := buys[i](ctx, purchase{section(rdbs[i]), func() { sold.Add(1) }})
+				err := buys[i](ctx, purchase{secs[i], func() { sold.Add(1) }})
 				sections.Add(1)
 				if errors.Is(err, errSoldOut) {
 					return
@@ -258,7 +263,7 @@ func runOne(ctx context.Context, c config, e *servers, s strategy) (result, erro
 	for err := range errc {
 		errs = append(errs, err)
 	}
-	left, err := e.rdb.Get(ctx, stockKey).Int()
+	left, err := st.left(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -266,6 +271,43 @@ func runOne(ctx context.Context, c config, e *servers, s strategy) (result, erro
 	res.oversold = max(res.sold-c.stock, 0)
 	res.rate = float64(sections.Load()) / res.elapsed.Seconds()
 	return res, errors.Join(errs...)
+}
+
+// redisStore keeps the stock in the stock's Redis, at stockKey.
+type redisStore struct{ e *servers }
+
+func (r redisStore) set(ctx context.Context, n int) error {
+	return r.e.rdb.Set(ctx, stockKey, n, 0).Err()
+}
+
+func (r redisStore) left(ctx context.Context) (int, error) { return r.e.rdb.Get(ctx, stockKey).Int() }
+
+func (r redisStore) sections(n int, work time.Duration, sold func()) ([]func(ctx context.Context) error, error) {
+	secs := make([]func(ctx context.Context) error, n)
+	for i := range secs {
+		rdb, err := r.e.newRedis()
+		if err != nil {
+			return nil, err
+		}
+		secs[i] = func(ctx context.Context) error {
+			v, err := rdb.Get(ctx, stockKey).Int()
+			if err != nil {
+				return err
+			}
+			if v <= 0 {
+				return errSoldOut
+			}
+			if work > 0 {
+				time.Sleep(work)
+			}
+			if err := rdb.Set(ctx, stockKey, v-1, 0).Err(); err != nil {
+				return err
+			}
+			sold()
+			return nil
+		}
+	}
+	return secs, nil
 }
 
 func init() {

@@ -39,7 +39,7 @@ func TestEveryLockedStrategySellsExactlyTheStock(t *testing.T) {
 			t.Errorf("%s: sold %d, left %d, oversold %d; want %d, 0, 0", r.strategy, r.sold, r.left, r.oversold, c.stock)
 		}
 	}
-	for _, row := range []string{"lock", "redlock", "zklock"} {
+	for _, row := range []string{"lock", "redlock", "zklock", "mysql:session", "pg:lease", "pg:forupdate"} {
 		if !strings.Contains(out.String(), "| "+row+" ") {
 			t.Errorf("table lacks the %s row:\n%s", row, out.String())
 		}
