@@ -21,6 +21,7 @@ const prelude = `package main
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"github.com/coordkit/coordkit/idgen/workerid"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
+	"github.com/coordkit/coordkit/sqllock"
 	"github.com/coordkit/coordkit/zklock"
 )
 
@@ -48,6 +50,8 @@ var (
 	_ = lock.Do
 	_ = redlock.New
 	_ = zklock.New
+	_ = sql.Open
+	_ = sqllock.NewPostgres
 )
 
 func withdraw(ctx context.Context, user string, amount int) error { return nil }
