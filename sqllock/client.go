@@ -387,10 +387,11 @@ func (c *Client) register(h *hold, o lock.ObtainOptions) error {
 }
 
 // releaseHeld frees a lock that was obtained but is not handed out (the
-// Client was closed meanwhile).
+// Client was closed meanwhile): cleanly, since Obtain had waited out any
+// previous holder's expiry before it got here.
 func (c *Client) releaseHeld(ctx context.Context, h *hold) {
 	if c.kind == kindSession {
-		c.unlockConn(ctx, h.conn, h.id)
+		c.sessionRelease(ctx, h, h.conn) // returns or closes the connection
 		return
 	}
 	c.exec(ctx, c.db, c.lsq.release, h.name, h.token)

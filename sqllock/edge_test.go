@@ -315,3 +315,46 @@ func TestObservabilitySession(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseWhileWaiting: Close while an Obtain waits in the database for a
+// lock held elsewhere. Close waits for the statement's slice; the Obtain
+// returns ErrClosed, also when its statement obtained the lock meanwhile,
+// which is then released cleanly: the next owner gets it at once, and the
+// pool has no connection left checked out.
+func TestCloseWhileWaiting(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		key := uniqueKey(t)
+		held := mustObtain(t, ctx, b.client(t, nil), key)
+		db := b.openDB(t)
+		c, err := b.newClient(db, sqllock.WithWaitSlice(500*time.Millisecond),
+			sqllock.WithPoll(func(int) time.Duration { return 20 * time.Millisecond }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			_, err := c.Obtain(ctx, key)
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the Obtain waits in the database (or polls)
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		time.Sleep(100 * time.Millisecond)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; !errors.Is(err, lock.ErrClosed) {
+			t.Fatalf("Obtain across Close: %v, want lock.ErrClosed", err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.client(t, nil).TryObtain(ctx, key); err != nil {
+			t.Fatalf("TryObtain after the closed Client's Obtain: %v", err)
+		}
+		if n := db.Stats().InUse; n != 0 {
+			t.Fatalf("%d connections still checked out of the pool", n)
+		}
+	})
+}
