@@ -16,7 +16,9 @@
 //     mode, ProxySQL), where session locks do not.
 //
 // Both give every acquisition a fencing token, re-enter for the owner in
-// ctx (lock.WithOwner; lock.Do adds one), renew or check through package
+// ctx (lock.WithOwner; lock.Do adds one) on the same Client (another
+// Client, or process, with the same owner waits like any other owner),
+// renew or check through package
 // watchdog, close Lost and cancel lock.Do's ctx when the lock is lost, and
 // report to lock.Metrics and a *slog.Logger like every coordkit lock.
 //
@@ -141,8 +143,14 @@
 // row is confirmed by a read, so a DSN without clientFoundRows=true is
 // fine. Waiters poll with exponential backoff and jitter (WithPoll), never
 // past the holder's expiry when PostgreSQL reports it; ctx bounds every
-// wait. An acquisition answered after its TTL has run since it was sent is
-// given back, never returned.
+// wait.
+//
+// Late answers (both locks): an acquisition answered after its TTL has run
+// since it was sent (a stalled link, a paused process) may have expired in
+// the database, or would be lost on arrival; it is given back, never
+// returned, and a statement not answered within its bound (the TTL, plus
+// the wait slice of a session lock) counts as not obtained: TryObtain
+// returns an error matching lock.ErrNotObtained, Obtain tries again.
 //
 // # Fencing tokens
 //

@@ -212,30 +212,46 @@ func TestTokenAfterRowDeleted(t *testing.T) {
 	})
 }
 
-// TestLeaseTableLateAnswer: an acquisition not answered within its TTL
-// (here every byte is delayed by the TTL) may have expired in the database
-// by the time the answer comes: TryObtain reports lock.ErrNotObtained,
-// never a lease, and the row it may have taken expires.
-func TestLeaseTableLateAnswer(t *testing.T) {
-	for _, b := range backends[2:] {
-		t.Run(b.name, func(t *testing.T) {
-			const ttl = 200 * time.Millisecond
-			ctx := ctxTimeout(t, 20*time.Second)
-			key := uniqueKey(t)
-			db, px := b.proxiedDB(t)
-			c := b.client(t, db)
-			mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
-			px.SetLatency(ttl)
-			if _, err := c.TryObtain(ctx, key, lock.WithTTL(ttl)); !errors.Is(err, lock.ErrNotObtained) {
-				t.Fatalf("TryObtain answered late: %v, want lock.ErrNotObtained", err)
+// TestLateAnswer: every answer of the database comes later than the TTL
+// (each byte delayed by more than half the TTL, both ways). An
+// acquisition answered that late may have expired by the time it arrives
+// (lease table), or would be lost on arrival (its row's expiry past): no
+// lease is ever returned. TryObtain reports lock.ErrNotObtained, Obtain
+// keeps trying until its ctx ends, and what they took is given back (or
+// expires): once the link is healthy another owner obtains the key.
+func TestLateAnswer(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		const ttl = 200 * time.Millisecond
+		ctx := ctxTimeout(t, 30*time.Second)
+		key := uniqueKey(t)
+		db, px := b.proxiedDB(t)
+		c := b.client(t, db, sqllock.WithWaitSlice(time.Second))
+		mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
+		px.SetLatency(ttl * 3 / 4)
+		if l, err := c.TryObtain(ctx, key, lock.WithTTL(ttl)); !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("TryObtain answered late: %v, %v; want lock.ErrNotObtained", l, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		l, err := c.Obtain(wctx, key, lock.WithTTL(ttl))
+		cancel()
+		if !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Obtain answered late: %v, %v; want lock.ErrNotObtained and the deadline", l, err)
+		}
+		px.Reset()
+		other := b.client(t, nil)
+		deadline := time.Now().Add(3 * time.Second) // the give-backs run through the slow link, or the rows expire
+		for {
+			l, err := other.TryObtain(ctx, key)
+			if err == nil {
+				l.Release(ctx)
+				break
 			}
-			px.Reset()
-			time.Sleep(ttl)
-			if owner, _, err := c.Holder(ctx, key); err != nil || owner != "" {
-				t.Fatalf("Holder a TTL after the late answer: %q, %v; want the row expired", owner, err)
+			if time.Now().After(deadline) {
+				t.Fatalf("the key is still held %v after the late answers: %v", 3*time.Second, err)
 			}
-		})
-	}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }
 
 // TestClientFoundRows: MySQL's DSN option clientFoundRows=true changes what
@@ -356,5 +372,27 @@ func TestCloseWhileWaiting(t *testing.T) {
 		if n := db.Stats().InUse; n != 0 {
 			t.Fatalf("%d connections still checked out of the pool", n)
 		}
+	})
+}
+
+// TestMaxHold: with lock.WithMaxHold the lease stops being renewed (or
+// checked) after MaxHold and is lost a TTL later with watchdog.ErrMaxHold;
+// its lock is then free for another owner (a session lock: after its
+// row's expiry, which its last check set).
+func TestMaxHold(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		const ttl, maxHold = 300 * time.Millisecond, 200 * time.Millisecond
+		ctx := ctxTimeout(t, 20*time.Second)
+		key := uniqueKey(t)
+		l := mustObtain(t, ctx, b.client(t, nil), key, lock.WithTTL(ttl), lock.WithMaxHold(maxHold))
+		start := time.Now()
+		waitClosed(t, l.Lost(), maxHold+ttl+slack, "Lost after MaxHold")
+		if err := lock.LostCause(l); !errors.Is(err, watchdog.ErrMaxHold) {
+			t.Fatalf("LostCause: %v, want watchdog.ErrMaxHold", err)
+		}
+		if took := time.Since(start); took < maxHold {
+			t.Fatalf("lost after %v, before MaxHold", took)
+		}
+		mustObtain(t, ctx, b.client(t, nil), key).Release(ctx)
 	})
 }

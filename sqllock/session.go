@@ -47,6 +47,28 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 		if given { // ctx ended; the statement and the connection went on without us
 			return nil, notObtainedCtx(ctx.Err())
 		}
+		if out.ok && c.o.now().Sub(sent) >= r.o.TTL {
+			// The answer came after the TTL had run since the send (a
+			// stalled link, a paused process): the lease would be lost on
+			// arrival, its row's expiry already past. Give it back and,
+			// for Obtain, try again.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			kept := c.giveBack(cctx, conn, r, out.token)
+			cancel()
+			if !kept && r.block {
+				if conn, err = c.repin(ctx, r); err != nil {
+					return nil, err
+				}
+				kept = true
+			}
+			if !r.block {
+				if kept {
+					conn.Close()
+				}
+				return nil, lock.ErrNotObtained
+			}
+			continue
+		}
 		switch {
 		case out.ok && out.wait > 0:
 			// The previous holder's session ended without a release (its
@@ -74,15 +96,29 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			kept := c.unlockConn(cctx, conn, r.id) // closes conn unless it is clean again
 			cancel()
-			if kept && Retryable(out.err) && retries < maxRetries && ctx.Err() == nil {
-				retries++
+			// No answer within the statement's bound (slice + TTL): not
+			// obtained; a lock it may have taken went with its connection,
+			// which the driver closed. Obtain tries again.
+			timedOut := errors.Is(out.err, context.DeadlineExceeded) && ctx.Err() == nil
+			if ctx.Err() == nil && (Retryable(out.err) && retries < maxRetries || timedOut && r.block) {
+				if !timedOut {
+					retries++
+				}
+				if !kept {
+					if conn, err = c.repin(ctx, r); err != nil {
+						return nil, err
+					}
+				}
 				continue
 			}
 			if kept {
 				conn.Close()
 			}
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil, notObtainedCtx(ctx.Err())
+			case timedOut:
+				return nil, errors.Join(lock.ErrNotObtained, fmt.Errorf("sqllock: obtain %q: no answer within the TTL: %w", r.key, out.err))
 			}
 			return nil, fmt.Errorf("sqllock: obtain %q: %w", r.key, out.err)
 		case !r.block:
@@ -98,6 +134,19 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 			return nil, notObtainedCtx(ctx.Err())
 		}
 	}
+}
+
+// repin takes another connection from the pool for r, after the last one
+// was closed.
+func (c *Client) repin(ctx context.Context, r *request) (*sql.Conn, error) {
+	conn, err := c.db.Conn(ctx)
+	switch {
+	case err == nil:
+		return conn, nil
+	case ctx.Err() != nil:
+		return nil, notObtainedCtx(ctx.Err())
+	}
+	return nil, fmt.Errorf("sqllock: obtain %q: %w", r.key, err)
 }
 
 func (c *Client) newSessionHold(r *request, conn *sql.Conn, token int64, since time.Time) *hold {
