@@ -50,8 +50,12 @@
 // key is 1 to MaxKeyLen bytes of UTF-8 without NUL; byte strings compare
 // exactly (VARBINARY, text), so "Key", "key" and "key " are three locks.
 // Rows stay after a release (a row's token is the next one's floor); the
-// rows of keys no longer used may be deleted while free (tokens then start
-// again from the database's clock, which is above every token issued).
+// rows of keys no longer used may be deleted while free, that is once their
+// expiry has passed (0, or a time behind the database's clock: DELETE ...
+// WHERE expires < now), and tokens then start again from the database's
+// clock, which is above every token issued. A session lock's row whose
+// expiry is ahead protects a holder whose session ended uncleanly: do not
+// delete it.
 //
 // A MySQL lock name is the name itself when it is at most 64 bytes (MySQL's
 // limit; MariaDB's is 192) of a-z, 0-9 and _.:/-, and otherwise the prefix,
