@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
@@ -205,7 +206,7 @@ type request struct {
 	key, owner string
 	name       string // prefix + key: the row's name
 	id         any    // the session lock's id: MySQL lock name or PostgreSQL key
-	o          lock.ObtainOptions
+	o          lockopt.Obtain
 	block      bool
 }
 
@@ -246,8 +247,8 @@ func containsNUL(s string) bool {
 }
 
 // resolve checks the call's arguments and applies the defaults.
-func (c *Client) resolve(key string, opts []lock.Option) (lock.ObtainOptions, error) {
-	o := lock.Apply(opts)
+func (c *Client) resolve(key string, opts []lock.Option) (lockopt.Obtain, error) {
+	o := lockopt.Apply(opts)
 	if c == nil {
 		return o, invalid("nil *sqllock.Client")
 	}
@@ -353,7 +354,7 @@ func (c *Client) obtainLease(ctx context.Context, key string, opts []lock.Option
 
 // register makes h live (and, for an owner, enterable) and starts its
 // watchdog, unless the Client is closed.
-func (c *Client) register(h *hold, o lock.ObtainOptions) error {
+func (c *Client) register(h *hold, o lockopt.Obtain) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/internal/locktest"
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/sqllock"
@@ -282,7 +283,7 @@ func TestObservability(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			srv := b.server()
 			keepRunning(t, srv)
-			logs, m := &locktest.LogRecorder{}, &locktest.MetricsRecorder{}
+			logs, m := &logtest.Recorder{}, &locktest.MetricsRecorder{}
 			c := b.client(t, b.shortDB(t), sqllock.WithLogger(slog.New(logs)), sqllock.WithMetrics(m),
 				sqllock.WithMetricsKey(locktest.MetricsKey))
 			locktest.LossObserved(t, c, uniqueKey(t), logs, m, func() {
@@ -301,7 +302,7 @@ func TestObservabilitySession(t *testing.T) {
 	for _, b := range backends[:2] {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := ctxTimeout(t, 20*time.Second)
-			logs, m := &locktest.LogRecorder{}, &locktest.MetricsRecorder{}
+			logs, m := &logtest.Recorder{}, &locktest.MetricsRecorder{}
 			c := b.client(t, nil, sqllock.WithLogger(slog.New(logs)), sqllock.WithMetrics(m),
 				sqllock.WithMetricsKey(locktest.MetricsKey))
 			key := uniqueKey(t)
