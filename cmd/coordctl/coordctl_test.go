@@ -163,6 +163,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"lock", "release", "k", "--kind", "zk"}, "--force"},
 		{[]string{"workers", "list", "svc", "--layout", "twitter", "--max", "3"}, "not both"},
 		{[]string{"workers", "list", "svc", "--redis", "nohost"}, "want host:port"},
+		{[]string{"tags", "add"}, "at least one TAG"},
+		{[]string{"tags", "list", "--redis", "x:0"}, "port"},
 	} {
 		code, _, errOut := runCLI(t, nil, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
@@ -514,6 +516,7 @@ func TestUnreachableServer(t *testing.T) {
 		{"lock", "inspect", "k", "--redis", a, "--timeout", "300ms"},
 		{"lock", "inspect", "k", "--kind", "simple", "--redis", a, "--timeout", "300ms"},
 		{"workers", "list", "svc", "--redis", a, "--timeout", "300ms"},
+		{"tags", "list", "--redis", a, "--timeout", "300ms"},
 	} {
 		code, out, errOut := runCLI(t, nil, args...)
 		// One line: ours. go-redis's own log lines are silenced.
