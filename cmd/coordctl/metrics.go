@@ -49,7 +49,7 @@ const (
 var reasonNames = [numReasons]string{"bad_request", "unknown_tag", "unavailable", "lease_lost", "clock_backwards"}
 
 // endpointNames label the request duration histograms.
-var endpointNames = []string{"id", "ids", "snowflake", "livez", "readyz", "metrics"}
+var endpointNames = []string{"id", "ids", "snowflake", "livez", "readyz", "metrics", "page", "status", "decode"}
 
 func newServeMetrics() *serveMetrics {
 	m := &serveMetrics{endpoints: map[string]*endpoint{}, ids: &idMetrics{tags: map[string]*tagMetrics{}}}

@@ -19,10 +19,11 @@ import (
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/idgen/redisid"
 	"github.com/coordkit/coordkit/idgen/workerid"
+	"github.com/coordkit/coordkit/lock"
 )
 
 func init() {
-	register(command{name: "serve", summary: "serve IDs over HTTP (Redis segments, a leased Snowflake worker)", run: serve})
+	register(command{name: "serve", summary: "serve IDs over HTTP (Redis segments, a leased Snowflake worker), with an operator page", run: serve})
 }
 
 // maxBatch bounds n of /ids/{tag}?n= and /snowflake?n=.
@@ -52,6 +53,10 @@ const serveAbout = `Serves IDs over HTTP:
   GET /readyz               200 when Redis answers and the worker lease is held,
                             else 503 saying which is not (/healthz: the same)
   GET /metrics              Prometheus metrics (coordkit_idserver_*)
+  GET /                     the operator page: tags, the worker lease, locks, an
+                            ID decoder; refreshed every 2 s
+  GET /api/status           what the page shows, as JSON
+  GET /api/decode?id=&layout=   an ID's parts, as JSON
 
 Only registered tags are served: those of --tags, or else the members of the
 Redis set --tags-key, which "coordctl tags add|list|remove" edit (as Leaf's
@@ -84,6 +89,8 @@ func serve(e *env, args []string) error {
 	tagsKey := fs.String("tags-key", defaultTagsKey, "the Redis set of registered tags, read when --tags is empty")
 	exitOnLoss := fs.Bool("exit-on-lease-loss", false, "exit with status 1 when the worker lease is lost, instead of leasing a new worker ID")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "the Redis worker lease's TTL (--lease-backend redis)")
+	lockPrefix := fs.String("lock-prefix", lock.DefaultPrefix, "the page lists the locks under this prefix")
+	pageLocks := fs.Int("page-locks", 100, "the most locks the page lists")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -128,7 +135,8 @@ func serve(e *env, args []string) error {
 	log := slog.New(slog.NewTextHandler(e.errOut, nil))
 	s, err := newServer(ctx, serverConfig{
 		rdb: rdb, conn: &c, service: *service, backend: *backend, layout: layout, step: *step,
-		tags: tagList, tagsKey: *tagsKey, exitOnLeaseLoss: *exitOnLoss, leaseTTL: *leaseTTL, logger: log,
+		tags: tagList, tagsKey: *tagsKey, exitOnLeaseLoss: *exitOnLoss, leaseTTL: *leaseTTL,
+		lockPrefix: *lockPrefix, pageLocks: *pageLocks, logger: log,
 	})
 	if err != nil {
 		return err
@@ -175,6 +183,9 @@ type serverConfig struct {
 	leaseTTL        time.Duration // Redis lease TTL; 0: workerid's default
 	releaseRetry    time.Duration // pause between attempts to lease a new worker ID; 0: 1 s
 
+	lockPrefix string // the page's locks; "": lock.DefaultPrefix
+	pageLocks  int    // 0: 100
+
 	logger *slog.Logger // nil: discard
 	now    func() time.Time
 }
@@ -188,6 +199,7 @@ type server struct {
 	log     *slog.Logger
 	m       *serveMetrics
 	started time.Time
+	locks   *lock.Client // the page's Inspect
 
 	// tags maps each registered tag in use to its state: copy-on-write,
 	// read without a lock on the hot path; replaced under tagMu.
@@ -206,6 +218,9 @@ type server struct {
 
 	logMu   sync.Mutex // protects lastLog
 	lastLog map[string]time.Time
+
+	rateMu sync.Mutex // protects rates
+	rates  map[string]rateSample
 }
 
 // tagState is one registered tag being served.
@@ -230,11 +245,17 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
+	if cfg.lockPrefix == "" {
+		cfg.lockPrefix = lock.DefaultPrefix
+	}
+	if cfg.pageLocks <= 0 {
+		cfg.pageLocks = 100
+	}
 	if cfg.releaseRetry <= 0 {
 		cfg.releaseRetry = time.Second
 	}
 	s := &server{cfg: cfg, rdb: cfg.rdb, log: cfg.logger, started: cfg.now(), fatal: make(chan error, 1),
-		lastLog: map[string]time.Time{}}
+		lastLog: map[string]time.Time{}, rates: map[string]rateSample{}}
 	s.m = newServeMetrics()
 	empty := map[string]*tagState{}
 	s.tags.Store(&empty)
@@ -253,6 +274,11 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 		return nil, usagef("%v", err)
 	}
 	s.closers = append(s.closers, func() { s.segs.Close() })
+	s.locks = lock.New(cfg.rdb, lock.WithPrefix(cfg.lockPrefix))
+	s.closers = append(s.closers, func() { s.locks.Close() })
+	if err := s.locks.Err(); err != nil {
+		return nil, usagef("--lock-prefix: %v", err)
+	}
 	if cfg.tags != nil {
 		m := map[string]*tagState{}
 		for _, t := range cfg.tags {
@@ -567,6 +593,9 @@ func (s *server) handler() http.Handler {
 	h("GET /readyz", m.ep("readyz"), s.readyz)
 	h("GET /healthz", m.ep("readyz"), s.readyz)
 	h("GET /metrics", m.ep("metrics"), s.writeMetrics)
+	h("GET /{$}", m.ep("page"), s.page)
+	h("GET /api/status", m.ep("status"), s.apiStatus)
+	h("GET /api/decode", m.ep("decode"), s.apiDecode)
 	return mux
 }
 
