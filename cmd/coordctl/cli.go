@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -35,6 +39,7 @@ type env struct {
 	out    io.Writer
 	errOut io.Writer
 	getenv func(string) string
+	now    func() time.Time
 }
 
 type command struct {
@@ -56,7 +61,8 @@ Usage:
 
 Commands:
 %s
-Run "coordctl <command> --help" for a command's flags.
+Run "coordctl <command> --help" for a command's flags, "coordctl --version"
+for the version. Commands that print state take --json.
 Exit status: 0 success, 1 failure (e.g. a server is unreachable), 2 bad usage.
 `
 
@@ -68,15 +74,64 @@ func printTop(w io.Writer) {
 	fmt.Fprintf(w, topUsage, b.String())
 }
 
+// version returns the module version coordctl was built from
+// (runtime/debug.ReadBuildInfo), with the VCS revision when the build
+// recorded one, or "devel".
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	v := info.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if rev != "" && v == "devel" {
+		v += " (" + rev[:min(len(rev), 12)] + dirty + ")"
+	}
+	return v
+}
+
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) int {
-	e := &env{ctx: ctx, out: out, errOut: errOut, getenv: getenv}
+	return runEnv(&env{ctx: ctx, out: out, errOut: errOut, getenv: getenv, now: time.Now}, args)
+}
+
+// runEnv is run with the whole environment given (tests set the clock).
+func runEnv(e *env, args []string) int {
+	// go-redis logs dial failures and retries through a global logger, from
+	// its own goroutines; the commands report errors themselves (--verbose
+	// shows go-redis's lines). Those goroutines may outlive the command:
+	// stderr is shared through a lock and closed to them when it ends.
+	redis.SetLogger(quietRedis{})
+	lw := &lockedWriter{w: e.errOut}
+	defer func() {
+		redis.SetLogger(quietRedis{})
+		lw.close()
+	}()
+	e.errOut = lw
+	out, errOut := e.out, e.errOut
 	if len(args) == 0 {
 		printTop(errOut)
 		return exitUsage
 	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+	switch args[0] {
+	case "help", "-h", "--help", "-help":
 		printTop(out)
+		return exitOK
+	case "version", "--version", "-version":
+		fmt.Fprintf(out, "coordctl %s\n", version())
 		return exitOK
 	}
 	// Commands have one or two words: "serve", "id decode".
@@ -124,7 +179,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(
 }
 
 // newFlags returns a flag set whose errors become usage errors and whose
-// --help prints the command's usage to out.
+// --help prints the command's usage to out (once: flag.FlagSet.Parse calls
+// Usage itself before it returns flag.ErrHelp).
 func newFlags(e *env, name, argsUsage, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet("coordctl "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -144,8 +200,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
-				return nil, err
+				return nil, err // Parse printed the usage
 			}
 			return nil, usagef("%v", err)
 		}
@@ -158,6 +213,19 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// addJSON adds --json to a command that prints state.
+func addJSON(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print JSON instead of text (IDs above 2^53 as strings)")
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
 // conn holds the connection flags shared by commands that talk to servers.
 type conn struct {
 	redis    string
@@ -166,9 +234,15 @@ type conn struct {
 	tls      bool
 	zk       string
 	timeout  time.Duration
+	verbose  bool
+	logTo    io.Writer // where --verbose sends go-redis's log lines
 }
 
 func (c *conn) addRedis(fs *flag.FlagSet, e *env) {
+	c.logTo = e.errOut
+	if fs.Lookup("verbose") == nil {
+		fs.BoolVar(&c.verbose, "verbose", false, "also print the Redis client's own log lines (dial failures, retries) on stderr")
+	}
 	fs.StringVar(&c.redis, "redis", envOr(e, "COORDKIT_REDIS", "127.0.0.1:6379"),
 		"Redis address(es), comma-separated: one for a single node, several for a Cluster, the Sentinels' with --redis-master (env COORDKIT_REDIS)")
 	fs.StringVar(&c.master, "redis-master", e.getenv("COORDKIT_REDIS_MASTER"),
@@ -199,11 +273,99 @@ func envOr(e *env, name, def string) string {
 	return def
 }
 
+// redisAddrs returns the --redis addresses, each checked to be host:port: a
+// malformed one is a usage error.
+func (c *conn) redisAddrs() ([]string, error) {
+	addrs := splitList(c.redis)
+	if len(addrs) == 0 {
+		return nil, usagef("--redis is empty")
+	}
+	for _, a := range addrs {
+		if err := checkAddr(a, true); err != nil {
+			return nil, usagef("--redis %q: %v", a, err)
+		}
+	}
+	return addrs, nil
+}
+
+// checkAddr reports why a is not host:port (or, unless needPort, a bare host).
+func checkAddr(a string, needPort bool) error {
+	if strings.Contains(a, "://") {
+		return errors.New("want host:port, not a URL")
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		if needPort || strings.Contains(a, ":") {
+			return errors.New("want host:port, such as 127.0.0.1:6379")
+		}
+		host = a
+	} else {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+		}
+	}
+	if strings.ContainsAny(host, "/ \t\r\n@?#") {
+		return fmt.Errorf("host %q is not a host name or IP address (want host:port, not a URL)", host)
+	}
+	if !needPort && host == "" {
+		return errors.New("empty host")
+	}
+	return nil
+}
+
+// logRedis routes go-redis's log lines to stderr with --verbose, and
+// nowhere otherwise (runEnv silences them).
+func (c *conn) logRedis() {
+	if c.verbose && c.logTo != nil {
+		redis.SetLogger(redisLines{w: c.logTo})
+	}
+}
+
+// quietRedis is go-redis's logger when coordctl reports errors itself.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// redisLines writes go-redis's log lines ("redis: ...") to w (--verbose).
+type redisLines struct{ w io.Writer }
+
+// lockedWriter serialises writes to w, and drops them once closed.
+type lockedWriter struct {
+	mu     sync.Mutex // protects w's writes and closed
+	w      io.Writer
+	closed bool
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return len(p), nil
+	}
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+}
+
+func (l redisLines) Printf(_ context.Context, format string, v ...any) {
+	fmt.Fprintf(l.w, strings.TrimSuffix(format, "\n")+"\n", v...)
+}
+
 // redisClient connects and PINGs, so an unreachable server is reported as
 // such before the command starts.
 func (c *conn) redisClient(ctx context.Context) (redis.UniversalClient, error) {
+	addrs, err := c.redisAddrs()
+	if err != nil {
+		return nil, err
+	}
+	c.logRedis()
 	o := &redis.UniversalOptions{
-		Addrs:       splitList(c.redis),
+		Addrs:       addrs,
 		MasterName:  c.master,
 		Password:    c.password,
 		DialTimeout: c.timeout,
@@ -211,9 +373,6 @@ func (c *conn) redisClient(ctx context.Context) (redis.UniversalClient, error) {
 	}
 	if c.tls {
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	if len(o.Addrs) == 0 {
-		return nil, usagef("--redis is empty")
 	}
 	rdb := redis.NewUniversalClient(o)
 	pctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -228,9 +387,9 @@ func (c *conn) redisClient(ctx context.Context) (redis.UniversalClient, error) {
 // zkConn connects and waits for a session, so an unreachable ensemble is
 // reported as such.
 func (c *conn) zkConn(ctx context.Context) (*zk.Conn, error) {
-	servers := splitList(c.zk)
-	if len(servers) == 0 {
-		return nil, usagef("--zk is empty")
+	servers, err := c.zkServers()
+	if err != nil {
+		return nil, err
 	}
 	zc, _, err := zk.Connect(servers, max(c.timeout, 4*time.Second), zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
 	if err != nil {
@@ -245,6 +404,20 @@ func (c *conn) zkConn(ctx context.Context) (*zk.Conn, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return zc, nil
+}
+
+// zkServers returns the --zk servers, each checked to be host[:port].
+func (c *conn) zkServers() ([]string, error) {
+	servers := splitList(c.zk)
+	if len(servers) == 0 {
+		return nil, usagef("--zk is empty")
+	}
+	for _, s := range servers {
+		if err := checkAddr(s, false); err != nil {
+			return nil, usagef("--zk %q: %v", s, err)
+		}
+	}
+	return servers, nil
 }
 
 type quietZK struct{}

@@ -16,12 +16,39 @@ import (
 	"github.com/coordkit/coordkit/internal/testserver"
 )
 
-func startServer(t *testing.T, r *testserver.Redis, step int64) (*server, *httptest.Server) {
+// startServer serves IDs from r through an httptest server; cfg's zero
+// fields get the tests' defaults (static tags "orders" and "t", the Redis
+// lease backend with a 1.5 s TTL).
+func startServer(t *testing.T, r *testserver.Redis, cfg serverConfig) (*server, *httptest.Server) {
 	t.Helper()
-	c := &conn{timeout: 2 * time.Second}
-	s, err := newServer(context.Background(), serverConfig{
-		rdb: r.Client(t), conn: c, service: "test", backend: "redis", layout: idgen.LayoutTwitter, step: step,
-	})
+	if cfg.rdb == nil {
+		cfg.rdb = r.Client(t)
+	}
+	if cfg.conn == nil {
+		cfg.conn = &conn{timeout: 2 * time.Second}
+	}
+	if cfg.service == "" {
+		cfg.service = "test"
+	}
+	if cfg.backend == "" {
+		cfg.backend = "redis"
+	}
+	if cfg.layout.Name == "" {
+		cfg.layout = idgen.LayoutTwitter
+	}
+	if cfg.step == 0 {
+		cfg.step = 1000
+	}
+	if cfg.tags == nil && cfg.tagsKey == "" {
+		cfg.tags = []string{"orders", "t"}
+	}
+	if cfg.leaseTTL == 0 {
+		cfg.leaseTTL = 1500 * time.Millisecond
+	}
+	if cfg.releaseRetry == 0 {
+		cfg.releaseRetry = 200 * time.Millisecond
+	}
+	s, err := newServer(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,9 +73,33 @@ func get(t *testing.T, url string, json bool) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+func parseIDs(t *testing.T, body string) []int64 {
+	t.Helper()
+	var ids []int64
+	for _, f := range strings.Fields(body) {
+		id, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("not an ID: %q in %q", f, body)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 func TestServeEndpoints(t *testing.T) {
 	r := testserver.StartRedis(t)
-	_, hs := startServer(t, r, 1000)
+	_, hs := startServer(t, r, serverConfig{})
+
+	// Every error series exists, at 0, before the first error.
+	_, metrics := get(t, hs.URL+"/metrics", false)
+	for _, want := range []string{`coordkit_idserver_errors_total{reason="bad_request"} 0`, `coordkit_idserver_errors_total{reason="unknown_tag"} 0`,
+		`coordkit_idserver_errors_total{reason="unavailable"} 0`, `coordkit_idserver_errors_total{reason="lease_lost"} 0`,
+		`coordkit_idserver_errors_total{reason="clock_backwards"} 0`, `coordkit_idserver_clock_backwards_total 0`,
+		`coordkit_idserver_worker_info{worker="0",service="test",layout="twitter",backend="redis"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("fresh metrics lack %q", want)
+		}
+	}
 
 	code, body := get(t, hs.URL+"/id/orders", false)
 	first, err := strconv.ParseInt(strings.TrimSpace(body), 10, 64)
@@ -77,27 +128,142 @@ func TestServeEndpoints(t *testing.T) {
 	if code != 200 || err != nil || idgen.LayoutTwitter.Decompose(sf).Worker != 0 {
 		t.Fatalf("/snowflake: %d %q", code, body)
 	}
-	if code, body = get(t, hs.URL+"/healthz", false); code != 200 || body != "ok\n" {
-		t.Fatalf("/healthz: %d %q", code, body)
+	code, body = get(t, hs.URL+"/snowflake?n=50", false)
+	batch := parseIDs(t, body)
+	if code != 200 || len(batch) != 50 || batch[0] <= sf {
+		t.Fatalf("/snowflake?n=50: %d, %d IDs", code, len(batch))
+	}
+	for i := 1; i < len(batch); i++ {
+		if batch[i] <= batch[i-1] {
+			t.Fatalf("/snowflake?n=50 not increasing at %d", i)
+		}
+	}
+	code, body = get(t, hs.URL+"/snowflake?n=3", true)
+	if code != 200 || json.Unmarshal([]byte(body), &many) != nil || len(many.IDs) != 3 {
+		t.Fatalf("/snowflake?n=3 JSON: %d %q", code, body)
+	}
+	for _, p := range []string{"/livez", "/readyz", "/healthz"} {
+		if code, body = get(t, hs.URL+p, false); code != 200 || body != "ok\n" {
+			t.Fatalf("%s: %d %q", p, code, body)
+		}
+	}
+	if code, body = get(t, hs.URL+"/readyz", true); code != 200 || !strings.Contains(body, `"ready": true`) {
+		t.Fatalf("/readyz JSON: %d %q", code, body)
 	}
 	for _, bad := range []string{"/id/bad%7Btag%7D", "/id/" + strings.Repeat("x", 65), "/ids/orders?n=0",
-		"/ids/orders?n=10001", "/ids/orders?n=abc", "/ids/orders"} {
+		"/ids/orders?n=10001", "/ids/orders?n=abc", "/ids/orders", "/snowflake?n=0", "/snowflake?n=x"} {
 		if code, body := get(t, hs.URL+bad, false); code != 400 || body == "" {
 			t.Errorf("%s: %d %q, want 400 with a message", bad, code, body)
 		}
 	}
-	_, metrics := get(t, hs.URL+"/metrics", false)
-	for _, want := range []string{`coordctl_ids_issued_total{kind="segment"} 107`, `coordctl_ids_issued_total{kind="snowflake"} 1`,
-		`coordctl_errors_total{reason="bad_request"} 6`, "coordctl_lease_held 1", "coordctl_segment_refills_total"} {
+	// JSON errors when JSON is asked for.
+	code, body = get(t, hs.URL+"/ids/orders?n=0", true)
+	var jerr struct {
+		Error  string
+		Status int
+	}
+	if code != 400 || json.Unmarshal([]byte(body), &jerr) != nil || jerr.Status != 400 || !strings.Contains(jerr.Error, "n must be") {
+		t.Fatalf("JSON error: %d %q", code, body)
+	}
+
+	_, metrics = get(t, hs.URL+"/metrics", false)
+	for _, want := range []string{`coordkit_idserver_ids_issued_total{kind="segment"} 107`, `coordkit_idserver_ids_issued_total{kind="snowflake"} 54`,
+		`coordkit_idserver_errors_total{reason="bad_request"} 9`, "coordkit_idserver_worker_lease_held 1",
+		`coordkit_idserver_segment_fetches_total{tag="orders"}`, `coordkit_idserver_segment_step{tag="orders"} 1000`,
+		`coordkit_idserver_segment_waits_total{tag="orders"} 1`, `coordkit_idserver_segment_rollbacks_total{tag="orders"} 0`,
+		`coordkit_idserver_request_duration_seconds_bucket{endpoint="ids",le="+Inf"} 7`,
+		`coordkit_idserver_request_duration_seconds_count{endpoint="snowflake"} 5`,
+		`coordkit_idserver_request_duration_seconds_sum{endpoint="id"}`,
+		// The deprecated names, for a release.
+		`coordctl_ids_issued_total{kind="segment"} 107`, "coordctl_lease_held 1"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	// Each family is declared once, with HELP and TYPE.
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, "# TYPE ") && strings.Count(metrics, l+"\n") != 1 {
+			t.Errorf("%q appears more than once", l)
+		}
+	}
+}
+
+func TestServeUnknownTag(t *testing.T) {
+	r := testserver.StartRedis(t)
+	s, hs := startServer(t, r, serverConfig{tags: []string{"known"}})
+	rdb := r.Client(t)
+	ctx := context.Background()
+	code, body := get(t, hs.URL+"/id/unknown", false)
+	if code != 404 || !strings.Contains(body, `unknown tag "unknown"`) {
+		t.Fatalf("unknown tag: %d %q", code, body)
+	}
+	code, body = get(t, hs.URL+"/ids/unknown?n=3", true)
+	if code != 404 || !strings.Contains(body, `"status": 404`) {
+		t.Fatalf("unknown tag, JSON: %d %q", code, body)
+	}
+	if _, ok := (*s.tags.Load())["unknown"]; ok {
+		t.Fatal("the unknown tag has state in memory")
+	}
+	if keys, _ := rdb.Keys(ctx, "*unknown*").Result(); len(keys) != 0 {
+		t.Fatalf("the unknown tag created keys: %v", keys)
+	}
+	if code, _ := get(t, hs.URL+"/id/known", false); code != 200 {
+		t.Fatalf("known tag: %d", code)
+	}
+	_, metrics := get(t, hs.URL+"/metrics", false)
+	if !strings.Contains(metrics, `coordkit_idserver_errors_total{reason="unknown_tag"} 2`) || strings.Contains(metrics, `tag="unknown"`) {
+		t.Errorf("metrics:\n%s", grep(metrics, "coordkit_idserver_errors"))
+	}
+}
+
+func TestServeTagRegistry(t *testing.T) {
+	r := testserver.StartRedis(t)
+	env := map[string]string{"COORDKIT_REDIS": r.Addr()}
+	if code, out, errOut := runCLI(t, env, "tags", "add", "alpha", "beta"); code != 0 || out != "registered 2 new tag(s) of 2\n" {
+		t.Fatalf("tags add: %d %q %q", code, out, errOut)
+	}
+	s, hs := startServer(t, r, serverConfig{tagsKey: defaultTagsKey})
+	if code, body := get(t, hs.URL+"/id/alpha", false); code != 200 {
+		t.Fatalf("registered tag: %d %q", code, body)
+	}
+	if code, _ := get(t, hs.URL+"/id/gamma", false); code != 404 {
+		t.Fatalf("unregistered tag: %d", code)
+	}
+	if _, ok := (*s.tags.Load())["gamma"]; ok {
+		t.Fatal("an unregistered tag has state in memory")
+	}
+	if n, _ := r.Client(t).Exists(context.Background(), "coordkit:id:seg:gamma").Result(); n != 0 {
+		t.Fatal("an unregistered tag has a counter")
+	}
+	// A tag registered while serving is served within a second.
+	runCLI(t, env, "tags", "add", "gamma")
+	waitFor(t, 5*time.Second, "gamma not served once registered", func() bool {
+		code, _ := get(t, hs.URL+"/id/gamma", false)
+		return code == 200
+	})
+	code, out, _ := runCLI(t, env, "tags", "list", "--json")
+	var views []tagView
+	if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 3 || views[0].Tag != "alpha" || views[0].Counter < 1000 {
+		t.Fatalf("tags list --json: %d %q", code, out)
+	}
+	code, out, _ = runCLI(t, env, "tags", "list")
+	golden(t, "tags_list", maskSpaces(out))
+	// A tag removed stops being served (the background refresh).
+	if code, out, _ := runCLI(t, env, "tags", "remove", "alpha"); code != 0 || out != "removed 1 tag(s) of 1\n" {
+		t.Fatalf("tags remove: %d %q", code, out)
+	}
+	waitFor(t, 3*registryEvery, "alpha still served once removed", func() bool {
+		code, _ := get(t, hs.URL+"/id/alpha", false)
+		return code == 404
+	})
+	if code, _, errOut := runCLI(t, env, "tags", "add", "bad{tag}"); code != exitUsage {
+		t.Fatalf("bad tag: %d %q", code, errOut)
 	}
 }
 
 func TestServeHundredThousandUniqueIDs(t *testing.T) {
 	r := testserver.StartRedis(t)
-	s, hs := startServer(t, r, 1000)
+	s, hs := startServer(t, r, serverConfig{})
 	const clients, perClient = 16, 63 // 16 × 63 × 100 ≥ 100,000 IDs
 	var mu sync.Mutex
 	seen := make(map[int64]bool, clients*perClient*100)
@@ -134,23 +300,26 @@ func TestServeHundredThousandUniqueIDs(t *testing.T) {
 	if len(seen) != clients*perClient*100 {
 		t.Fatalf("%d distinct IDs, want %d", len(seen), clients*perClient*100)
 	}
-	if s.fetches() < 2 {
-		t.Fatalf("only %v segment refills for %d IDs", s.fetches(), len(seen))
+	if st := (*s.tags.Load())["orders"].seg.Stats(); st.Fetches < 2 {
+		t.Fatalf("only %d segment fetches for %d IDs", st.Fetches, len(seen))
 	}
 }
 
 func TestServeRedisDownAndBack(t *testing.T) {
 	r := testserver.StartRedis(t)
-	_, hs := startServer(t, r, 10)
+	s, hs := startServer(t, r, serverConfig{step: 10})
 	code, body := get(t, hs.URL+"/ids/t?n=50", false)
 	if code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
-	before := strings.Fields(body)
-	last, _ := strconv.ParseInt(before[len(before)-1], 10, 64)
+	before := parseIDs(t, body)
+	last := before[len(before)-1]
+	_, body = get(t, hs.URL+"/snowflake", false)
+	lastSF := parseIDs(t, body)[0]
 
 	r.Kill()
-	// What is left in memory is served; then 503 with a message.
+	// What is left in memory is served; then 503 with a message that names
+	// no address.
 	got503 := false
 	for range 20 {
 		if code, body = get(t, hs.URL+"/ids/t?n=10", false); code == 503 {
@@ -161,44 +330,115 @@ func TestServeRedisDownAndBack(t *testing.T) {
 	if !got503 {
 		t.Fatalf("no 503 with Redis down: last %d %q", code, body)
 	}
-	if code, _ := get(t, hs.URL+"/healthz", false); code != 503 {
-		t.Fatalf("/healthz with Redis down: %d", code)
+	port := strconv.Itoa(r.Port())
+	for _, p := range []string{"/ids/t?n=10", "/readyz", "/healthz"} {
+		for _, js := range []bool{false, true} {
+			code, body := get(t, hs.URL+p, js)
+			if code != 503 || strings.Contains(body, "127.0.0.1") || strings.Contains(body, port) || strings.Contains(body, "dial") {
+				t.Errorf("%s (JSON %v) with Redis down: %d %q", p, js, code, body)
+			}
+		}
 	}
-	// Redis comes back empty (no persistence): the generator raises the
-	// counter above what it handed out, so no ID repeats.
+	if code, _ := get(t, hs.URL+"/livez", false); code != 200 {
+		t.Fatalf("/livez with Redis down: %d", code)
+	}
+	// The lease is lost (renewals fail for its TTL): /snowflake refuses
+	// rather than risk a second holder of the worker ID.
+	waitFor(t, 10*time.Second, "snowflake still served after the lease was lost", func() bool {
+		code, body := get(t, hs.URL+"/snowflake", true)
+		return code == 503 && strings.Contains(body, "worker lease is lost")
+	})
+	// Redis comes back empty (no persistence): the segment counter is raised
+	// above what was handed out, and a new worker ID is leased, whose
+	// generator starts above the old one's IDs.
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, 10*time.Second, "no segment ID after Redis came back", func() bool {
 		code, body = get(t, hs.URL+"/id/t", false)
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery: %d %q", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if id, _ := strconv.ParseInt(strings.TrimSpace(body), 10, 64); id <= last {
+		return code == 200
+	})
+	if id := parseIDs(t, body)[0]; id <= last {
 		t.Fatalf("after recovery ID %d <= %d handed out before", id, last)
 	}
-	// The worker lease key went with Redis's data: the lease is lost, so
-	// /snowflake refuses rather than risk a second holder of the ID.
-	deadline = time.Now().Add(15 * time.Second)
-	for {
-		code, _ = get(t, hs.URL+"/snowflake", false)
-		if code == 503 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("snowflake still served after the lease key was lost")
-		}
-		time.Sleep(100 * time.Millisecond)
+	waitFor(t, 15*time.Second, "no Snowflake ID after Redis came back", func() bool {
+		code, body = get(t, hs.URL+"/snowflake", false)
+		return code == 200
+	})
+	if id := parseIDs(t, body)[0]; id <= lastSF {
+		t.Fatalf("Snowflake after a new lease %d <= %d issued before", id, lastSF)
+	}
+	if code, body := get(t, hs.URL+"/readyz", false); code != 200 {
+		t.Fatalf("/readyz after recovery: %d %q", code, body)
 	}
 	_, metrics := get(t, hs.URL+"/metrics", false)
-	if !strings.Contains(metrics, "coordctl_lease_held 0") || !strings.Contains(metrics, `coordctl_errors_total{reason="unavailable"}`) {
-		t.Errorf("metrics after the outage:\n%s", grep(metrics, "coordctl_"))
+	for _, want := range []string{"coordkit_idserver_worker_lease_held 1", "coordkit_idserver_worker_lease_losses_total 1",
+		`coordkit_idserver_segment_rollbacks_total{tag="t"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics after the outage lack %q:\n%s", want, grep(metrics, "coordkit_idserver_"))
+		}
+	}
+	for _, bad := range []string{`reason="unavailable"} 0`, `reason="lease_lost"} 0`} {
+		if strings.Contains(metrics, bad) {
+			t.Errorf("metrics after the outage: %q", bad)
+		}
+	}
+	if s.m.leaseLosses.Load() != 1 {
+		t.Fatalf("%d losses", s.m.leaseLosses.Load())
+	}
+}
+
+// TestServeZKSessionExpired: the ZooKeeper session that holds the worker
+// lease expires for real; segment IDs go on, and Snowflakes come back from
+// a new worker ID, above the old ones.
+func TestServeZKSessionExpired(t *testing.T) {
+	r := testserver.StartRedis(t)
+	z := testserver.StartZooKeeper(t)
+	zc := z.DialT(t, 4*time.Second, nil)
+	s, hs := startServer(t, r, serverConfig{backend: "zk", zc: zc.Conn, conn: &conn{timeout: 4 * time.Second}})
+	code, body := get(t, hs.URL+"/snowflake?n=10", false)
+	if code != 200 {
+		t.Fatalf("%d %q", code, body)
+	}
+	before := parseIDs(t, body)
+	oldWorker := s.worker.Load()
+
+	done := make(chan error, 1)
+	go func() { done <- zc.Expire() }()
+	// Segment IDs are served all along.
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if code, body := get(t, hs.URL+"/id/orders", false); code != 200 {
+				t.Fatalf("segment IDs during the expiry: %d %q", code, body)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	waitFor(t, 15*time.Second, "no new worker lease after the session expired", func() bool {
+		return s.worker.Load() != oldWorker
+	})
+	code, body = get(t, hs.URL+"/snowflake?n=10", false)
+	if code != 200 {
+		t.Fatalf("after the new lease: %d %q", code, body)
+	}
+	if after := parseIDs(t, body); after[0] <= before[len(before)-1] {
+		t.Fatalf("Snowflake %d after the expiry <= %d before", after[0], before[len(before)-1])
+	}
+	if s.m.leaseLosses.Load() != 1 {
+		t.Fatalf("%d losses", s.m.leaseLosses.Load())
+	}
+	// The old node is gone with its session; the new one is listed.
+	code, out, errOut := runCLI(t, map[string]string{"COORDKIT_ZK": z.Servers()[0]}, "workers", "list", "test", "--backend", "zk", "--json")
+	var ws []workerView
+	if code != 0 || json.Unmarshal([]byte(out), &ws) != nil || len(ws) != 1 || ws[0].ID != s.worker.Load().lease.ID() {
+		t.Fatalf("workers list after the expiry: %d %q %q", code, out, errOut)
 	}
 }
 
@@ -212,20 +452,41 @@ func grep(s, prefix string) string {
 	return strings.Join(out, "\n")
 }
 
-func TestServeCommandStartsAndStops(t *testing.T) {
-	r := testserver.StartRedis(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
-	done := make(chan int, 1)
+// runServe runs the serve command in the background and returns once it
+// serves; cancel stops it as SIGTERM does, and done yields its exit status.
+func runServe(t *testing.T, args ...string) (base string, out *syncBuffer, cancel func(), done <-chan int) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	out = &syncBuffer{}
+	ch, finished := make(chan int, 1), make(chan struct{})
 	go func() {
-		done <- run(ctx, []string{"serve", "--redis", r.Addr(), "--listen", "127.0.0.1:0"}, &out, &out, func(string) string { return "" })
+		defer close(finished)
+		ch <- run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), out, out, func(string) string { return "" })
 	}()
+	t.Cleanup(func() {
+		stop()
+		<-finished
+	})
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "serving IDs on") {
+	for {
+		s := out.String()
+		if i := strings.Index(s, "serving IDs on "); i >= 0 {
+			base = strings.Fields(s[i+len("serving IDs on "):])[0]
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not serving: %q", out.String())
+			t.Fatalf("not serving: %q", s)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	return base, out, stop, ch
+}
+
+func TestServeCommandStartsAndStops(t *testing.T) {
+	r := testserver.StartRedis(t)
+	base, out, cancel, done := runServe(t, "--redis", r.Addr(), "--tags", "orders")
+	if code, body := get(t, base+"/id/orders", false); code != 200 {
+		t.Fatalf("%d %q", code, body)
 	}
 	cancel() // as SIGTERM does
 	select {
@@ -240,9 +501,36 @@ func TestServeCommandStartsAndStops(t *testing.T) {
 	if n, _ := r.Client(t).Exists(context.Background(), "coordkit:worker:{coordctl}:0").Result(); n != 0 {
 		t.Fatal("worker lease left after shutdown")
 	}
-	code := run(context.Background(), []string{"serve", "--redis", "127.0.0.1:1", "--timeout", "200ms"}, &out, &out, func(string) string { return "" })
+	var buf syncBuffer
+	code := run(context.Background(), []string{"serve", "--redis", "127.0.0.1:1", "--timeout", "200ms", "--tags", "a"}, &buf, &buf, func(string) string { return "" })
 	if code != exitFailure {
 		t.Fatalf("unreachable Redis: exit %d", code)
+	}
+	for _, args := range [][]string{{"--listen", "nowhere"}, {"--redis", "localhost"}, {"--tags", "a{b}"}, {"--lease-backend", "etcd"}} {
+		code := run(context.Background(), append([]string{"serve"}, args...), &buf, &buf, func(string) string { return "" })
+		if code != exitUsage {
+			t.Errorf("serve %q: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestServeExitOnLeaseLoss: with --exit-on-lease-loss, a lost lease (its
+// key deleted, as a Redis restart without data would) ends the process with
+// status 1.
+func TestServeExitOnLeaseLoss(t *testing.T) {
+	r := testserver.StartRedis(t)
+	_, out, _, done := runServe(t, "--redis", r.Addr(), "--tags", "orders", "--service", "exiting",
+		"--exit-on-lease-loss", "--lease-ttl", "600ms")
+	if err := r.Client(t).Del(context.Background(), "coordkit:worker:{exiting}:0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != exitFailure || !strings.Contains(out.String(), "worker lease lost") {
+			t.Fatalf("exit %d: %q", code, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still serving after the lease was lost: %q", out.String())
 	}
 }
 
