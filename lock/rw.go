@@ -57,6 +57,13 @@ type RWLocker interface {
 // channel over the RW's one Pub/Sub connection: a write release wakes every
 // waiting reader at once (they all may enter), and the last read release
 // wakes the writers, who race for it.
+//
+// Not yet safe against a lost reply that go-redis sends again (unlike
+// Client, whose scripts record each call): an acquisition run twice counts
+// one level twice (the hold then ends at its TTL, after the last release,
+// not at it), and a release run twice drops two levels, which frees the
+// lock early if its owner had re-entered it. Build RW's Redis client with
+// MaxRetries: -1 where re-entry is used, or do not re-enter.
 type RW struct {
 	rdb redis.UniversalClient
 	o   clientOptions
