@@ -79,6 +79,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// (answered otherwise), for giving it back if lr's ctx has ended.
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, n), level: req.NewLevel}
 	held := 0                                    // masters where h's owner held the lock
+	notHeldN := 0                                // masters that answered h's owner did not hold it
 	acq := make([]reply[hashlock.NodeResult], n) // the round as acquisitions, for raiseFence
 	var errs []error
 	for _, r := range rs {
@@ -106,6 +107,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "handoff", Err: errReentered})
 		default:
 			notHeld = true
+			notHeldN++
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "release", Err: lock.ErrNotHeld})
 		}
 	}
@@ -118,10 +120,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 		held += c.undoHandOff(ctx, key, rs, notHeld, lr, req.NewLevel, h)
 		lr.turn <- turn{}
 	}
-	if held >= c.quorum {
-		return nil
-	}
-	return errors.Join(append([]error{lock.ErrNotHeld}, errs...)...)
+	return releaseResult(c, key, held, notHeldN, errs)
 }
 
 // undoHandOff runs the releases of a failed hand-off round rs, before the

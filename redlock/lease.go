@@ -261,21 +261,37 @@ func (l *lease) release(ctx context.Context) error {
 		return held >= c.quorum || not > n-c.quorum
 	})
 	h.place.leave() // decided: the next in line attempts
-	held := 0
+	held, notHeld := 0, 0
 	var errs []error
 	for _, r := range rs {
 		switch {
 		case !r.done:
+			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "release", Err: errNoAnswer})
 		case r.err != nil:
 			errs = append(errs, nodeErr(r.err, "release"))
 		case r.v >= 0:
 			held++
 		default:
+			notHeld++
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "release", Err: lock.ErrNotHeld})
 		}
 	}
-	if held >= c.quorum {
+	return releaseResult(c, h.k.key, held, notHeld, errs)
+}
+
+// releaseResult is a Release's answer from its round: nil when a quorum of
+// masters had the hold (and released it); lock.ErrNotHeld when so many
+// answered "not held" that no quorum had it; otherwise the release is not
+// confirmed (masters silent or failing: a slow network, a loaded host),
+// which is not "not held": an error joining ErrNoQuorum and the masters'
+// errors. Where the release did not run, the hold expires after its TTL.
+func releaseResult(c *Client, key string, held, notHeld int, errs []error) error {
+	switch {
+	case held >= c.quorum:
 		return nil
+	case notHeld > len(c.masters)-c.quorum:
+		return errors.Join(append([]error{lock.ErrNotHeld}, errs...)...)
 	}
-	return errors.Join(append([]error{lock.ErrNotHeld}, errs...)...)
+	return fmt.Errorf("redlock: release of %q not confirmed by a quorum (where it did not run, the hold expires after its TTL): %w",
+		key, errors.Join(append([]error{ErrNoQuorum}, errs...)...))
 }
