@@ -199,13 +199,16 @@ func (c *Client) renew(ctx context.Context, key, owner, level string, ttl time.D
 // Release drops one level of the hold. When another goroutine of this
 // Client waits in the key's local line, the outermost level hands the lock
 // over to it (see the package documentation) and returns once that is
-// decided: nil if a quorum of masters held this lease, else an error
-// matching lock.ErrNotHeld. Otherwise the outermost level releases the
+// decided: nil if a quorum of masters held this lease, else an error (see
+// below). Otherwise the outermost level releases the
 // lock on every master in parallel (each bounded by 20 × the node timeout,
 // at least 100 ms, and by ctx), which wakes the first waiter on each; it
 // returns as soon as a quorum answered alike (the other releases go on in
-// the background, owned by the Client), nil if a quorum of masters held it, and otherwise an error
-// matching lock.ErrNotHeld, joined with the masters' errors. An inner level
+// the background, owned by the Client), nil if a quorum of masters held it.
+// Otherwise it returns an error joined with the masters' errors: matching
+// lock.ErrNotHeld when so many masters answered "not held" that no quorum
+// had the hold, and matching ErrNoQuorum when masters that did not answer in
+// time (or failed) leave it unconfirmed. An inner level
 // returns lock.ErrNotHeld if the lease was lost. Releasing a lease twice
 // returns lock.ErrNotHeld. A release is not retried: masters it did not
 // reach free the lock after the TTL.
