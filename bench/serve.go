@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +45,9 @@ func runServe(env *Env) error {
 		return fmt.Errorf("build coordctl: %v\n%s", err, out)
 	}
 	srv := exec.Command(bin, "serve", "--redis", r.Addr(), "--listen", "127.0.0.1:0", "--service", "bench-serve")
+	// coordctl serves only registered tags: the bench's tag comes from the
+	// environment, so that the suite still runs builds without --tags.
+	srv.Env = append(os.Environ(), "COORDKIT_TAGS=bench")
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		return err
@@ -70,33 +76,78 @@ func runServe(env *Env) error {
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
 	t := Table{
-		Title: fmt.Sprintf("coordctl serve over HTTP, %d keep-alive connections on loopback (load generator in the same 2-core machine), median of %d × %v",
+		Title: fmt.Sprintf("coordctl serve over HTTP, %d keep-alive connections on loopback (load generator in the same 2-core machine), median of %d × %v, endpoints interleaved in each round",
 			conns, env.Rounds, env.Dur),
-		Cols: []string{"endpoint", "requests/s", "IDs/s", "vs Leaf's 50k QPS/node", "p99 latency"},
+		Cols: []string{"endpoint", "requests/s", "IDs/s", "vs the empty handler", "vs Leaf's 50k QPS/node", "p99 latency",
+			"server CPU per request", "CPU vs the empty handler"},
 	}
-	for _, ep := range []struct {
+	// /livez answers "ok" and does nothing else: the floor of the server
+	// itself (net/http, routing, the timing of each request) on this
+	// machine. Each round loads every endpoint in turn, so that a change in
+	// the machine's load shifts the floor and the endpoints alike; the ratio
+	// is the median of the rounds' ratios.
+	eps := []struct {
 		path string
 		per  int
-	}{{"/id/bench", 1}, {"/ids/bench?n=100", 100}} {
-		// Warm up: the first segments, the connections.
+	}{{"/livez", 0}, {"/id/bench", 1}, {"/ids/bench?n=100", 100}}
+	rps := make([][]float64, len(eps))
+	p99s := make([][]float64, len(eps))
+	ratios := make([][]float64, len(eps))
+	cpus := make([][]float64, len(eps))
+	for _, ep := range eps { // warm up: the first segments, the connections
 		if _, _, err := load(client, base+ep.path, conns, 300*time.Millisecond); err != nil {
 			return err
 		}
-		var rps, p99s []float64
-		for range env.Rounds {
+	}
+	for range env.Rounds {
+		for i, ep := range eps {
+			cpu0 := procCPU(srv.Process.Pid)
 			n, p99, err := load(client, base+ep.path, conns, env.Dur)
 			if err != nil {
 				return err
 			}
-			rps = append(rps, float64(n)/env.Dur.Seconds())
-			p99s = append(p99s, float64(p99.Microseconds()))
+			cpus[i] = append(cpus[i], float64(procCPU(srv.Process.Pid)-cpu0)/float64(max(n, 1)))
+			rps[i] = append(rps[i], float64(n)/env.Dur.Seconds())
+			p99s[i] = append(p99s[i], float64(p99.Microseconds()))
+			ratios[i] = append(ratios[i], rps[i][len(rps[i])-1]/rps[0][len(rps[0])-1])
 		}
-		m := Median(rps)
-		t.Row(ep.path, m, m*float64(ep.per), Ratio(m, leafQPS), fmt.Sprintf("%.2f ms", Median(p99s)/1000))
+	}
+	for i, ep := range eps {
+		m, p99 := Median(rps[i]), fmt.Sprintf("%.2f ms", Median(p99s[i])/1000)
+		cpu := fmt.Sprintf("%.1f µs", Median(cpus[i])/1e3)
+		if ep.per == 0 {
+			t.Row(ep.path+" (empty handler)", m, "-", "1.00×", "-", p99, cpu, "1.00×")
+			continue
+		}
+		t.Row(ep.path, m, m*float64(ep.per), fmt.Sprintf("%.2f×", Median(ratios[i])), Ratio(m, leafQPS), p99, cpu,
+			Ratio(Median(cpus[i]), Median(cpus[0])))
 	}
 	t.Print(env.Out)
 	return nil
 }
+
+// procCPU returns the user and system CPU time the process has used so far
+// (all its threads, /proc/<pid>/stat), in ns; 0 if it cannot be read. The
+// server's CPU per request hardly depends on what else the machine runs,
+// unlike its rate.
+func procCPU(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (in parentheses, which may hold
+	// spaces): utime and stime are the 12th and 13th, in clock ticks.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return (u + s) * int64(time.Second) / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ: 100 on Linux everywhere in use.
+const clockTicks = 100
 
 // load runs GETs of url from conns goroutines for d and returns the number
 // of successful requests and the 99th percentile latency.
