@@ -18,8 +18,9 @@ import (
 
 // The operator page: server-rendered HTML, no external resource (it works
 // offline), and a few lines of JavaScript that fetch its live part again
-// every 2 seconds (/?part=live) and swap it in. Without JavaScript the page
-// still shows everything, as of its loading.
+// every 2 seconds (?part=live: relative, so that the page works behind a
+// reverse proxy under a path too) and swap it in. Without JavaScript the
+// page still shows everything, as of its loading.
 
 //go:embed page.html
 var pageHTML string
