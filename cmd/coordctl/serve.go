@@ -310,12 +310,9 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 			}
 			s.closers = append(s.closers, zc.Close)
 		}
-		zl, err := workerid.NewZK(zc, append(opts, workerid.WithSessionTimeout(max(cfg.conn.timeout, 4*time.Second)))...)
-		if err != nil {
+		if leaser, err = workerid.NewZK(zc, append(opts, workerid.WithSessionTimeout(max(cfg.conn.timeout, 4*time.Second)))...); err != nil {
 			return nil, usagef("%v", err)
 		}
-		s.closers = append(s.closers, func() { zl.Close() })
-		leaser = zl
 	default:
 		return nil, usagef("unknown --lease-backend %q: want redis or zk", cfg.backend)
 	}
