@@ -24,16 +24,13 @@ import (
 const chromiumInstall = "sudo apt-get install -y chromium (or ./scripts/deps.sh)"
 
 // chromium returns the headless browser's path; a missing browser fails the
-// test with the command that installs it (only -short skips).
+// test with the command that installs it.
 func chromium(t *testing.T) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
-	}
-	if testing.Short() {
-		t.Skip("chromium is missing (-short): " + chromiumInstall)
 	}
 	t.Fatal("chromium is missing: install it with " + chromiumInstall)
 	return ""
