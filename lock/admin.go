@@ -32,6 +32,10 @@ type Info struct {
 	// Granted is the queue entry of the waiter a release granted the lock
 	// to, until that waiter takes it ("" if none); its owner is in Owners.
 	Granted string
+	// Meta is the holder metadata the hold was taken with (WithHolderMeta),
+	// "" if none. WaiterMetas is each queued waiter's, in Waiters' order.
+	Meta        string
+	WaiterMetas []string
 }
 
 // grantField is the hash field under which a release records the waiter it
@@ -42,6 +46,10 @@ const grantField = "\x00grant"
 // tokenField is the hash field that holds the fencing token of the current
 // hold (TOKEN in internal/hashlock/lua/fence.lua).
 const tokenField = "\x00t"
+
+// metaField is the hash field that holds the hold's metadata (META in
+// internal/hashlock/lua/fence.lua).
+const metaField = "\x00m"
 
 // Held reports whether some owner holds the lock.
 func (i Info) Held() bool { return len(i.Owners) > 0 }
@@ -57,7 +65,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		return Info{}, fmt.Errorf("lock: inspect %q: %w", key, err)
 	}
 	info := Info{Key: key, Owners: map[string]int64{}}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return info, fmt.Errorf("lock: inspect %q: unexpected reply %v", key, res)
 	}
 	kv, _ := res[0].([]any)
@@ -70,6 +78,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 			continue
 		case owner == tokenField:
 			info.HoldToken, _ = strconv.ParseInt(s, 10, 64)
+			continue
+		case owner == metaField:
+			info.Meta = s
 			continue
 		case strings.HasPrefix(owner, "\x00"): // a level's id (LEVEL in fence.lua)
 			continue
@@ -90,6 +101,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	}
 	ws, _ := res[3].([]any)
 	left, _ := res[4].([]any)
+	metas, _ := res[5].([]any)
 	for i, w := range ws {
 		s, _ := w.(string)
 		info.Waiters = append(info.Waiters, s)
@@ -98,6 +110,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 			ms, _ = left[i].(int64)
 		}
 		info.WaiterTTLs = append(info.WaiterTTLs, time.Duration(ms)*time.Millisecond)
+		var m string
+		if i < len(metas) {
+			m, _ = metas[i].(string)
+		}
+		info.WaiterMetas = append(info.WaiterMetas, m)
 	}
 	return info, nil
 }
@@ -134,7 +151,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	k := c.keys(key)
-	n, err := hashlock.ForceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1], k[0] + ":r:" + c.nextID()},
+	n, err := hashlock.ForceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1], k[4], k[0] + ":r:" + c.nextID()},
 		c.chanPrefix, c.argWindow).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: force-release %q: %w", key, err)

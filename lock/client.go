@@ -52,10 +52,11 @@ type Client struct {
 	argChan, argFair, argBound, argWindow any
 	argTTL                                any    // the default TTL in ms
 	argGrant                              string // "|<grant ms>|" of a waiter entry at the default TTL
+	argMeta                               any    // WithHolderMeta's metadata, or nil when none
 }
 
-// Boxed "0" and "1" script arguments.
-var argNo, argYes any = "0", "1"
+// Boxed "", "0" and "1" script arguments.
+var argEmpty, argNo, argYes any = "", "0", "1"
 
 // holdKey identifies a hold: the levels one owner holds on one key through
 // this client. They share one watchdog.
@@ -108,6 +109,9 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	c.argGrant = "|" + strconv.FormatInt(c.grantTTL(o.ttl).Milliseconds(), 10) + "|"
 	if o.fair {
 		c.argFair = argYes
+	}
+	if o.meta != "" {
+		c.argMeta = o.meta
 	}
 	c.err = checkClient(rdb, &o)
 	return c
@@ -418,6 +422,9 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 		acks int64
 		err  error
 	)
+	if c.argMeta != nil {
+		args = append(args, argEmpty, c.argMeta) // ARGV[9] (no token floor), ARGV[10]
+	}
 	if c.o.replicas == 0 {
 		res, err = hashlock.AcquireScript.Run(ctx, c.pipe, keys, args...).Slice()
 	} else {
@@ -486,7 +493,7 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 func (c *Client) undo(ctx context.Context, key string, keys []string, owner, id string, ttl int64, acks int) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
-	err := hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1]},
+	err := hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1], keys[4]},
 		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix, id).Err()
 	e := fmt.Errorf("%w: %d of %d for %q", ErrTooFewReplicas, acks, c.o.replicas, key)
 	if err != nil {
@@ -502,7 +509,7 @@ func (c *Client) forget(ctx context.Context, keys []string, owner, id string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	// A failure leaves the level to expire with the hold.
-	_ = hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]},
+	_ = hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1], keys[4]},
 		owner, c.o.ttl.Milliseconds(), c.argWindow, c.chanPrefix, id).Err()
 }
 
@@ -524,7 +531,7 @@ func (c *Client) leave(ctx context.Context, keys []string, waiter string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	// A failure leaves the entry to be skipped after the waiter timeout.
-	_ = hashlock.LeaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[1]}, waiter, c.chanPrefix).Err()
+	_ = hashlock.LeaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[1], keys[4]}, waiter, c.chanPrefix).Err()
 }
 
 func (c *Client) nextID() string {

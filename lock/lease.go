@@ -83,7 +83,7 @@ func (c *Client) newLease(key string, keys []string, owner, id string, token int
 func (c *Client) newGrantedLease(key string, keys []string, owner, id string, token int64, o obtainOptions, at time.Time, first time.Duration, gh *gateHold) *lease {
 	k := holdKey{key, owner}
 	l := &lease{c: c, key: key, owner: owner, id: id, token: token, ttl: o.TTL.Milliseconds(),
-		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1]}}
+		keys: []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1], keys[4]}}
 	c.mu.Lock()
 	h := c.holds[k]
 	if h != nil {

@@ -3,7 +3,11 @@ package lock
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"time"
+
+	"github.com/coordkit/coordkit/internal/hashlock"
 )
 
 // Defaults of the Redis lock's client options.
@@ -39,6 +43,7 @@ type clientOptions struct {
 	metricsKey    func(key string) string
 	logger        *slog.Logger
 	now           func() time.Time
+	meta          string
 }
 
 func defaultClientOptions() clientOptions {
@@ -63,6 +68,8 @@ func (o *clientOptions) validate() error {
 		return fmt.Errorf("%w: release window %v too short", ErrInvalid, o.releaseWindow)
 	case o.replicas < 0 || o.replicas > 0 && o.replicaWait <= 0:
 		return fmt.Errorf("%w: WithWaitReplicas(%d, %v)", ErrInvalid, o.replicas, o.replicaWait)
+	case len(o.meta) > MaxHolderMeta:
+		return fmt.Errorf("%w: holder metadata of %d bytes (at most %d)", ErrInvalid, len(o.meta), MaxHolderMeta)
 	}
 	return nil
 }
@@ -135,4 +142,33 @@ func WithClock(now func() time.Time) ClientOption {
 			o.now = now
 		}
 	}
+}
+
+// MaxHolderMeta is the largest holder metadata WithHolderMeta accepts, in
+// bytes.
+const MaxHolderMeta = hashlock.MaxMeta
+
+// WithHolderMeta stores meta with every hold the Client's locks take, for
+// operators: Inspect returns it (Info.Meta, and Info.WaiterMetas for the
+// Client's queued waiters), and so does coordctl lock inspect. It costs no
+// command and no round trip: the acquisition's own HSET writes it (a
+// waiter's metadata waits in a hash beside the queue, so that the release
+// that grants it the lock writes it with the grant). At most MaxHolderMeta
+// bytes; default: none stored. ProcessMeta makes the usual one. NewSimple
+// refuses it (ErrInvalid): a Simple lock's value is its holder's token.
+func WithHolderMeta(meta string) ClientOption { return func(o *clientOptions) { o.meta = meta } }
+
+// ProcessMeta returns holder metadata naming this process:
+// "service=<service> host=<hostname> pid=<pid>" (service left out when
+// empty), for WithHolderMeta.
+func ProcessMeta(service string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	m := "host=" + host + " pid=" + strconv.Itoa(os.Getpid())
+	if service != "" {
+		m = "service=" + service + " " + m
+	}
+	return m
 }

@@ -52,6 +52,9 @@ func NewSimple(rdb redis.UniversalClient, opts ...ClientOption) *Simple {
 	s := &Simple{rdb: rdb, o: o, leases: map[*simpleLease]struct{}{}}
 	s.obs = observe.NewLock("coordkit/lock.Simple", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	s.err = checkClient(rdb, &o)
+	if s.err == nil && o.meta != "" {
+		s.err = fmt.Errorf("%w: WithHolderMeta: a Simple lock stores no holder metadata (its value is the holder's random token)", ErrInvalid)
+	}
 	return s
 }
 

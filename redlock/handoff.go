@@ -34,7 +34,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	// token floor, so that their tokens agree.
 	req := hashlock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl, Level: h.level,
 		NewLevel: c.node.WaiterID(c.id, c.nextSeq()), Request: c.node.WaiterID(c.id, c.nextSeq()),
-		Window: c.o.releaseWindow, Floor: start.UnixMicro()}
+		Window: c.o.releaseWindow, Floor: start.UnixMicro(), NewMeta: c.o.meta}
 	// A quorum decides a success at once; a failure is decided when every
 	// master answered or the node timeout passed. A master where h's owner
 	// holds more levels (the same owner through another client) hands

@@ -259,6 +259,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	req := hashlock.NodeAcquire{
 		Owner: owner, TTL: ttl, Waiter: waiter, Queued: queued && waiter != "",
 		WaiterTimeout: c.o.waiterTimeout, Request: c.node.WaiterID(c.id, c.nextSeq()), Floor: start.UnixMicro(),
+		Meta: c.o.meta,
 	}
 	// A quorum decides a success at once (masters that answer later hold a
 	// level the lease renews and releases); a failure is decided when

@@ -67,6 +67,7 @@ type options struct {
 	metrics       lock.Metrics
 	metricsKey    func(key string) string
 	logger        *slog.Logger
+	meta          string
 }
 
 func defaultOptions() options {
@@ -184,6 +185,8 @@ func (o *options) validate() error {
 		return invalid("release window %v too short", o.releaseWindow)
 	case o.inFlight < 1:
 		return invalid("in-flight limit %d: at least 1", o.inFlight)
+	case len(o.meta) > lock.MaxHolderMeta:
+		return invalid("holder metadata of %d bytes (at most %d)", len(o.meta), lock.MaxHolderMeta)
 	}
 	return o.checkTTL(o.ttl, "default TTL")
 }
@@ -201,3 +204,9 @@ func (o *options) checkTTL(ttl time.Duration, what string) error {
 	}
 	return nil
 }
+
+// WithHolderMeta stores meta with every hold on each master, as
+// lock.WithHolderMeta does for the Redis lock (no extra command; at most
+// lock.MaxHolderMeta bytes; default none): coordctl lock inspect --kind
+// redlock shows it per master.
+func WithHolderMeta(meta string) Option { return func(o *options) { o.meta = meta } }

@@ -24,15 +24,15 @@ const (
 )
 
 // LockKeys returns the keys of the lock named key under prefix, in the
-// order the scripts take them: hash, fence, queue, deadlines (the key
-// schema of package lock's documentation). They share the hash tag {key},
-// hence one Cluster slot.
+// order the scripts take them: hash, fence, queue, deadlines, waiter
+// metadata (the key schema of package lock's documentation). They share
+// the hash tag {key}, hence one Cluster slot.
 func LockKeys(prefix, key string) []string {
-	// The hash, queue and deadlines keys are prefixes of one string
-	// ("P{key}:qt"), so the four keys cost two allocations, not four.
-	qt := prefix + "{" + key + "}:qt"
-	n := len(qt) - len(":qt")
-	return []string{qt[:n], qt[:n] + ":fence", qt[:n+len(":q")], qt}
+	// The hash, queue, deadlines and waiter-metadata keys are prefixes of
+	// one string ("P{key}:qtm"), so the five keys cost two allocations.
+	qtm := prefix + "{" + key + "}:qtm"
+	n := len(qtm) - len(":qtm")
+	return []string{qtm[:n], qtm[:n] + ":fence", qtm[:n+len(":q")], qtm[:n+len(":qt")], qtm}
 }
 
 // WakePrefix is the prefix of every client's wake-up channel under prefix.

@@ -59,12 +59,13 @@ type NodeKeys struct {
 	Fence     string // fencing counter, never deleted by a release
 	Queue     string // list of queued waiter ids
 	Deadlines string // zset waiter id -> deadline
+	Metas     string // hash waiter id -> holder metadata (NodeAcquire.Meta)
 }
 
 // Keys returns the keys of the lock named key.
 func (n Node) Keys(key string) NodeKeys {
 	k := LockKeys(n.pfx(), key)
-	return NodeKeys{Lock: k[0], Fence: k[1], Queue: k[2], Deadlines: k[3]}
+	return NodeKeys{Lock: k[0], Fence: k[1], Queue: k[2], Deadlines: k[3], Metas: k[4]}
 }
 
 // WakeChannel returns the Pub/Sub channel on which releases wake the
@@ -108,7 +109,14 @@ type NodeAcquire struct {
 	// caller that acquires on several servers passes one clock reading to
 	// all of them so that their tokens agree. Default: the server's clock.
 	Floor int64
+	// Meta, if not empty, is stored with a fresh hold (and with a waiter's
+	// queue entry, so that a release that grants it the lock stores it
+	// too), for operators: see lock.WithHolderMeta. At most MaxMeta bytes.
+	Meta string
 }
+
+// MaxMeta is the largest holder metadata (NodeAcquire.Meta) in bytes.
+const MaxMeta = 512
 
 // NodeResult is the answer of one acquisition attempt.
 type NodeResult struct {
@@ -166,8 +174,11 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 	if strings.Contains(a.Waiter, "|") || strings.HasPrefix(a.Owner, "\x00") {
 		return nil, nil, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
 	}
+	if len(a.Meta) > MaxMeta {
+		return nil, nil, fmt.Errorf("%w: holder metadata of %d bytes (at most %d)", ErrInvalid, len(a.Meta), MaxMeta)
+	}
 	return LockKeys(n.pfx(), key), []any{a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
-		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued, a.Request, max(a.Floor, 0)}, nil
+		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued, a.Request, max(a.Floor, 0), a.Meta}, nil
 }
 
 func parseAcquire(lockKey string, cmd *redis.Cmd) (NodeResult, error) {
@@ -227,7 +238,7 @@ func (n Node) releaseArgs(key string, r NodeRelease) ([]string, []any) {
 		r.Window = DefaultReleaseWindow
 	}
 	k := LockKeys(n.pfx(), key)
-	return []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1]},
+	return []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1], k[4]},
 		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx(), r.Level}
 }
 
@@ -258,7 +269,7 @@ func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner, level s
 // the waiter was queued.
 func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string) (bool, error) {
 	k := LockKeys(n.pfx(), key)
-	v, err := LeaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1]}, waiter, n.wakePfx()).Int64()
+	v, err := LeaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1], k[4]}, waiter, n.wakePfx()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: leave %q: %w", k[0], err)
 	}
@@ -291,6 +302,8 @@ type NodeHandoff struct {
 	Window time.Duration
 	// Floor is the new owner's lowest fencing token (NodeAcquire's Floor).
 	Floor int64
+	// NewMeta is the new owner's holder metadata (NodeAcquire's Meta).
+	NewMeta string
 }
 
 // Outcomes of a hand-off (NodeHandoffResult.Outcome).
@@ -342,6 +355,9 @@ func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {
 	if h.Owner == "" || h.NewOwner == "" || strings.HasPrefix(h.NewOwner, "\x00") {
 		return nil, nil, fmt.Errorf("%w: hand-off from owner %q to owner %q", ErrInvalid, h.Owner, h.NewOwner)
 	}
+	if len(h.NewMeta) > MaxMeta {
+		return nil, nil, fmt.Errorf("%w: holder metadata of %d bytes (at most %d)", ErrInvalid, len(h.NewMeta), MaxMeta)
+	}
 	if h.Window <= 0 {
 		h.Window = DefaultReleaseWindow
 	}
@@ -350,7 +366,7 @@ func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {
 		keys = append(keys, keys[0]+":r:"+h.Request)
 	}
 	return keys, []any{h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1), n.wakePfx(), h.Level, h.NewLevel,
-		max(h.Floor, 0), h.Window.Milliseconds()}, nil
+		max(h.Floor, 0), h.Window.Milliseconds(), h.NewMeta}, nil
 }
 
 func parseHandoff(lockKey string, cmd *redis.Cmd) (NodeHandoffResult, error) {

@@ -5,6 +5,7 @@
 -- KEYS[2] fence        <prefix>{key}:fence  fencing counter, never expires
 -- KEYS[3] queue        <prefix>{key}:q      list of waiters (queue.lua), arrival order
 -- KEYS[4] deadlines    <prefix>{key}:qt     zset waiter -> server-time ms after which it is skipped
+-- KEYS[5] metas        <prefix>{key}:qtm    hash waiter -> holder metadata, or absent
 -- ARGV[1] owner
 -- ARGV[2] TTL in ms
 -- ARGV[3] waiter: its queue entry (queue.lua), or "" to make one attempt without queueing
@@ -16,6 +17,9 @@
 -- ARGV[8] request id: unique per call; the same call sent again takes no
 --         second level (""/absent: not retry-safe)
 -- ARGV[9] token floor in µs (new_token), "" or absent: the server's clock
+-- ARGV[10] holder metadata (META, fence.lua), "" or absent: none. Stored with
+--         a fresh hold, and under the waiter's entry in KEYS[5] while it is
+--         queued, so that a release that grants it the lock stores it too.
 --
 -- Returns {1, token, fresh}: held (token: the hold's fencing token; fresh =
 -- 1 for a new acquisition or a grant taken, 0 on re-entry), or {0, ms,
@@ -23,13 +27,21 @@
 local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
 local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
-local req, floor = ARGV[8] or '', ARGV[9]
+local req, floor, meta = ARGV[8] or '', ARGV[9], ARGV[10] or ''
+-- metas: the waiter-metadata hash, when this call has metadata to keep there.
+local metas = meta ~= '' and KEYS[5] or nil
 
 -- fresh makes the new hold of the free lock. others: waiters are queued
 -- behind it (it was a fair queue's live head).
 local function fresh(others)
   local t, ts = new_token(fence, floor) -- first: a corrupted counter fails before any write
-  if req ~= '' then
+  if meta ~= '' then
+    if req ~= '' then
+      redis.call('hset', lock, owner, 1, TOKEN, ts, LEVEL .. req, 1, META, meta)
+    else
+      redis.call('hset', lock, owner, 1, TOKEN, ts, META, meta)
+    end
+  elseif req ~= '' then
     redis.call('hset', lock, owner, 1, TOKEN, ts, LEVEL .. req, 1)
   else
     redis.call('hset', lock, owner, 1, TOKEN, ts)
@@ -39,7 +51,7 @@ local function fresh(others)
   -- if it ran before (its reply lost) while the lock was held.
   -- A waiter that was queued (or the head of a fair queue) leaves others
   -- behind it, who now wait on this hold.
-  if dequeue(queue, deadlines, waiter) or others then redis.call('hset', lock, WAITING, 1) end
+  if dequeue(queue, deadlines, waiter, metas) or others then redis.call('hset', lock, WAITING, 1) end
   return {1, t, 1}
 end
 
@@ -63,7 +75,7 @@ if held then
       return {1, t, 1}
     end
     -- Held by this owner: a waiter queued by an earlier attempt leaves the queue.
-    dequeue(queue, deadlines, waiter)
+    dequeue(queue, deadlines, waiter, metas)
     if req ~= '' and v[3] then
       -- This very call ran before (its reply was lost): the same answer, no second level.
       redis.call('pexpire', lock, ttl)
@@ -76,7 +88,7 @@ if held then
   end
 else
   -- Fair: free, and this waiter's turn unless the queue's live head is another.
-  local first = head(queue, deadlines)
+  local first = head(queue, deadlines, KEYS[5])
   if not first or first == waiter then return fresh(first) end
 end
 
@@ -87,6 +99,10 @@ if waiter ~= '' then
   end
   redis.call('pexpire', queue, bound)
   redis.call('pexpire', deadlines, bound)
+  if metas then -- every time: the hash may have expired while another client's waiters refreshed the queue
+    redis.call('hset', metas, waiter, meta)
+    redis.call('pexpire', metas, bound)
+  end
   -- The holder's release must pass the lock on (no TTL change: HSET keeps it).
   if held and not waiting then redis.call('hset', lock, WAITING, 1) end
 end
@@ -100,6 +116,6 @@ if pttl == -1 then return {0, bound, f} end
 -- saw can answer 0 in its last millisecond. It ends then.
 if held then return {0, 1, f} end
 -- Free, but a fair queue's head has its turn: wait at most until it would be skipped.
-local first = head(queue, deadlines)
+local first = head(queue, deadlines, KEYS[5])
 if not first then return {0, 1, f} end
 return {0, math.max(1, tonumber(redis.call('zscore', deadlines, first)) - clock()), f}

@@ -78,6 +78,9 @@ end
 --                  A call sent again (its reply was lost and go-redis or
 --                  the caller retried) finds its level and takes no other.
 --   PREV           the id of the level a hand-off released to make this hold
+--   META           the holder's metadata (lock.WithHolderMeta): set with
+--                  the hold by a fresh acquisition, a hand-off, or a grant
+--                  (from the waiter's entry in the waiter-metadata hash)
 --   WAITING        "1": a waiter may be queued, so the outermost release
 --                  looks at the queue (pass). Set by every waiter that
 --                  queues while the hash exists, and on every hold made by
@@ -87,13 +90,15 @@ end
 --                  (A waiter queued while no hash existed, after a holder's
 --                  key expired, and not seen by the next holder's creation,
 --                  tries again on its own timer, as after a lost message.)
-local TOKEN, LEVEL, PREV, WAITING = '\0t', '\0l:', '\0p', '\0w'
+local TOKEN, LEVEL, PREV, WAITING, META = '\0t', '\0l:', '\0p', '\0w', '\0m'
 
 -- dequeue takes a waiter that now holds the lock out of the queue (one
--- command when it was not queued) and returns whether it was queued.
-local function dequeue(queue, deadlines, waiter)
+-- command when it was not queued) and returns whether it was queued. metas,
+-- if not nil, is the waiter-metadata hash that holds the waiter's entry.
+local function dequeue(queue, deadlines, waiter, metas)
   if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
     redis.call('lrem', queue, 1, waiter)
+    if metas then redis.call('hdel', metas, waiter) end
     return true
   end
   return false

@@ -12,7 +12,8 @@
 -- KEYS[2] fence        <prefix>{key}:fence
 -- KEYS[3] queue        <prefix>{key}:q
 -- KEYS[4] deadlines    <prefix>{key}:qt
--- KEYS[5] marker       <prefix>{key}:r:<request id>, or absent
+-- KEYS[5] metas        <prefix>{key}:qtm (waiter metadata), or absent
+-- KEYS[6] marker       <prefix>{key}:r:<request id>, or absent (then KEYS[5] too)
 -- ARGV[1] owner (the releasing one)
 -- ARGV[2] new owner (the local waiter's)
 -- ARGV[3] new owner's TTL in ms
@@ -20,14 +21,15 @@
 -- ARGV[5] the releasing level's id (acquire.lua's request id), or ""/absent
 -- ARGV[6] the new level's id (its call id), or ""/absent
 -- ARGV[7] token floor in µs (new_token), or ""/absent
--- ARGV[8] marker TTL in ms (with KEYS[5])
+-- ARGV[8] marker TTL in ms (with KEYS[6])
+-- ARGV[9] the new owner's holder metadata (META, fence.lua), or ""/absent
 --
 -- Returns {1, token}: handed over (token: the new owner's fencing token);
 -- {0}: released (passed to another client's waiter); {-1}: owner did not
 -- hold the lock; {-2}: owner holds more than one level (nothing done).
-local lock, fence, queue, deadlines, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lock, fence, queue, deadlines, metas, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, newOwner, ttl, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local req, newReq, floor, markerTTL = ARGV[5] or '', ARGV[6] or '', ARGV[7], ARGV[8]
+local req, newReq, floor, markerTTL, meta = ARGV[5] or '', ARGV[6] or '', ARGV[7], ARGV[8], ARGV[9] or ''
 
 -- ran reports what this very hand-off did if it ran before (its reply was
 -- lost): {1, token} handed over, {0} released; nil if it did not run.
@@ -59,16 +61,15 @@ if count > 1 then return {-2} end
 -- while the new owner holds it.
 if not v[4] then
   redis.call('del', lock) -- without WAITING nobody is queued: no queue to read
-elseif pass(lock, fence, queue, deadlines, prefix) then -- (the hash is deleted either way)
+elseif pass(lock, fence, queue, deadlines, prefix, metas) then -- (the hash is deleted either way)
   if marker then redis.call('set', marker, 0, 'px', markerTTL) end
   return {0}
 end
 
 local t, ts = new_token(fence, floor)
-if newReq ~= '' then
-  redis.call('hset', lock, newOwner, 1, TOKEN, ts, LEVEL .. newReq, 1, PREV, req)
-else
-  redis.call('hset', lock, newOwner, 1, TOKEN, ts, PREV, req)
-end
+local fields = {newOwner, 1, TOKEN, ts, PREV, req}
+if newReq ~= '' then fields[#fields + 1], fields[#fields + 2] = LEVEL .. newReq, 1 end
+if meta ~= '' then fields[#fields + 1], fields[#fields + 2] = META, meta end
+redis.call('hset', lock, unpack(fields))
 redis.call('pexpire', lock, ttl)
 return {1, t}

@@ -7,6 +7,7 @@
 -- KEYS[2] queue        <prefix>{key}:q
 -- KEYS[3] deadlines    <prefix>{key}:qt
 -- KEYS[4] fence        <prefix>{key}:fence
+-- KEYS[5] metas        <prefix>{key}:qtm (waiter metadata), or absent
 -- ARGV[1] waiter (its queue entry)
 -- ARGV[2] wake-up channel prefix
 --
@@ -15,6 +16,7 @@ local lock, queue, deadlines, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local waiter, prefix = ARGV[1], ARGV[2]
 local was = redis.call('zrem', deadlines, waiter)
 redis.call('lrem', queue, 0, waiter)
+if KEYS[5] then redis.call('hdel', KEYS[5], waiter) end
 if redis.call('hget', lock, GRANT) == waiter then
   -- Granted, never taken: drop the granted level.
   local id, owner = string.match(waiter, '^([^|]*)|%d+|(.*)$')
@@ -27,6 +29,6 @@ if redis.call('hget', lock, GRANT) == waiter then
   end
 end
 if redis.call('exists', lock) == 0 then
-  pass(lock, fence, queue, deadlines, prefix)
+  pass(lock, fence, queue, deadlines, prefix, KEYS[5])
 end
 return was

@@ -22,8 +22,10 @@ local function hold_token(lock, fence)
 end
 
 -- head drops the waiters whose deadline passed (server time) and returns the
--- first live one, or nil.
-local function head(queue, deadlines)
+-- first live one, or nil. metas, if not nil, is the waiter-metadata hash
+-- (<prefix>{key}:qtm, waiter entry -> holder metadata): a dropped waiter's
+-- entry goes too.
+local function head(queue, deadlines, metas)
   while true do
     local w = redis.call('lindex', queue, 0)
     if not w then return nil end
@@ -31,14 +33,17 @@ local function head(queue, deadlines)
     if d and tonumber(d) > clock() then return w end
     redis.call('lpop', queue)
     redis.call('zrem', deadlines, w)
+    if metas then redis.call('hdel', metas, w) end
   end
 end
 
 -- pass frees the lock (deletes the hash) and gives it to the first live
 -- waiter: a granted one holds it at once, a woken one is told to try. It
--- returns whether there was such a waiter.
-local function pass(lock, fence, queue, deadlines, prefix)
-  local w = head(queue, deadlines)
+-- returns whether there was such a waiter. metas, if not nil, is the
+-- waiter-metadata hash: a granted waiter's metadata moves from it to the
+-- new hold (absent for callers of older versions: the hold has none).
+local function pass(lock, fence, queue, deadlines, prefix, metas)
+  local w = head(queue, deadlines, metas)
   local id, ms, owner
   if w then id, ms, owner = string.match(w, '^([^|]*)|(%d+)|(.*)$') end
   local t, ts
@@ -52,7 +57,13 @@ local function pass(lock, fence, queue, deadlines, prefix)
   redis.call('lpop', queue)
   redis.call('zrem', deadlines, w)
   -- WAITING: others may be queued behind (the release reads the queue).
-  redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, ts, LEVEL .. id, 1, WAITING, 1)
+  local m = metas and redis.call('hget', metas, w)
+  if m then
+    redis.call('hdel', metas, w)
+    redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, ts, LEVEL .. id, 1, WAITING, 1, META, m)
+  else
+    redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, ts, LEVEL .. id, 1, WAITING, 1)
+  end
   redis.call('pexpire', lock, ms)
   redis.call('publish', prefix .. string.match(id, '^(.*):'), id .. '|' .. ts)
   return true

@@ -21,6 +21,7 @@
 -- KEYS[3] deadlines    <prefix>{key}:qt
 -- KEYS[4] marker       <prefix>{key}:r:<request id>
 -- KEYS[5] fence        <prefix>{key}:fence
+-- KEYS[6] metas        <prefix>{key}:qtm (waiter metadata, queue.lua's pass), or absent
 -- ARGV[1] owner
 -- ARGV[2] TTL in ms (set again when hold levels remain)
 -- ARGV[3] marker TTL in ms
@@ -84,4 +85,4 @@ if not v[4] then
   return record(false)
 end
 --#queue
-return record(pass(lock, fence, queue, deadlines, prefix))
+return record(pass(lock, fence, queue, deadlines, prefix, KEYS[6]))
