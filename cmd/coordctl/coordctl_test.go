@@ -234,7 +234,7 @@ func TestLockInspectAndRelease(t *testing.T) {
 	r := testserver.StartRedis(t)
 	rdb := r.Client(t)
 	ctx := context.Background()
-	lc := lock.New(rdb)
+	lc := lock.New(rdb, lock.WithHolderMeta("service=orders host=h1 pid=101"))
 	t.Cleanup(func() { lc.Close() })
 	env := map[string]string{"COORDKIT_REDIS": r.Addr()}
 
@@ -252,7 +252,7 @@ func TestLockInspectAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A waiter of another client queues behind owner-a.
-	other := lock.New(r.Client(t))
+	other := lock.New(r.Client(t), lock.WithHolderMeta("service=orders host=h2 pid=202"))
 	t.Cleanup(func() { other.Close() })
 	got := make(chan lock.Lease, 1)
 	wctx, cancel := context.WithTimeout(lock.WithOwner(ctx, "owner-b"), 20*time.Second)
@@ -277,7 +277,8 @@ func TestLockInspectAndRelease(t *testing.T) {
 	golden(t, "inspect_held_json", maskLock(out))
 	var v hashView
 	if err := json.Unmarshal([]byte(out), &v); err != nil || !v.Held || v.Waiters[0].Owner != "owner-b" || v.Waiters[0].ExpiresMs <= 0 ||
-		v.TTLms <= 0 || v.TTLms > 60000 || v.HoldToken != lease.Token() {
+		v.TTLms <= 0 || v.TTLms > 60000 || v.HoldToken != lease.Token() ||
+		v.Meta != "service=orders host=h1 pid=101" || v.Waiters[0].Meta != "service=orders host=h2 pid=202" {
 		t.Fatalf("inspect --json: %v %+v", err, v)
 	}
 
@@ -298,6 +299,9 @@ func TestLockInspectAndRelease(t *testing.T) {
 	}
 	if owner, _, err := lc.Holder(ctx, "orders:42"); err != nil || owner != "owner-b" {
 		t.Fatalf("after forced release: holder %q, %v", owner, err)
+	}
+	if info, err := lc.Inspect(ctx, "orders:42"); err != nil || info.Meta != "service=orders host=h2 pid=202" {
+		t.Fatalf("after forced release: the granted waiter's metadata %q, %v", info.Meta, err)
 	}
 	next.Release(ctx)
 	code, out, _ = runCLI(t, env, "lock", "release", "--force", "orders:42")

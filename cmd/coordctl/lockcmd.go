@@ -194,6 +194,7 @@ type hashView struct {
 	RedisKey  string       `json:"redis_key"`
 	Held      bool         `json:"held"`
 	Owners    []ownerView  `json:"owners"`
+	Meta      string       `json:"meta,omitempty"` // the holder's metadata (lock.WithHolderMeta)
 	TTLms     int64        `json:"ttl_ms"`
 	HoldToken int64        `json:"hold_token"`
 	Fence     int64        `json:"fence"`
@@ -213,6 +214,7 @@ type waiterView struct {
 	Waiter     string `json:"waiter"`
 	Owner      string `json:"owner,omitempty"`
 	GrantTTLms int64  `json:"grant_ttl_ms,omitempty"`
+	Meta       string `json:"meta,omitempty"`
 	// ExpiresMs is how long the waiter keeps its place without calling in
 	// again (its deadline in Redis time, less now); -1: unknown.
 	ExpiresMs int64 `json:"expires_in_ms"`
@@ -231,7 +233,7 @@ func parseEntry(entry string) waiterView {
 func newHashView(info lock.Info, redisKey string) *hashView {
 	v := &hashView{Kind: kindHash, Key: info.Key, RedisKey: redisKey, Held: info.Held(),
 		TTLms: info.TTL.Milliseconds(), HoldToken: info.HoldToken, Fence: info.Token,
-		Owners: []ownerView{}, Waiters: []waiterView{}}
+		Owners: []ownerView{}, Waiters: []waiterView{}, Meta: info.Meta}
 	for o, n := range info.Owners {
 		v.Owners = append(v.Owners, ownerView{o, n})
 	}
@@ -240,6 +242,9 @@ func newHashView(info lock.Info, redisKey string) *hashView {
 		w := parseEntry(entry)
 		if i < len(info.WaiterTTLs) {
 			w.ExpiresMs = info.WaiterTTLs[i].Milliseconds()
+		}
+		if i < len(info.WaiterMetas) {
+			w.Meta = info.WaiterMetas[i]
 		}
 		v.Waiters = append(v.Waiters, w)
 	}
@@ -257,6 +262,9 @@ func (v *hashView) print(w io.Writer) {
 	fmt.Fprintf(tw, "state:\t%s\n", heldWord(v.Held))
 	for _, o := range v.Owners {
 		fmt.Fprintf(tw, "owner:\t%s (hold count %d)\n", o.Owner, o.Holds)
+	}
+	if v.Meta != "" {
+		fmt.Fprintf(tw, "holder:\t%s\n", v.Meta)
 	}
 	if v.Held {
 		fmt.Fprintf(tw, "ttl:\t%d ms\n", v.TTLms)
@@ -278,6 +286,9 @@ func printWaiters(tw io.Writer, ws []waiterView) {
 		fmt.Fprintf(tw, "waiter %d:\t%s", i+1, w.Waiter)
 		if w.Owner != "" {
 			fmt.Fprintf(tw, ", owner %s, grant TTL %d ms", w.Owner, w.GrantTTLms)
+		}
+		if w.Meta != "" {
+			fmt.Fprintf(tw, ", holder %q", w.Meta)
 		}
 		if w.ExpiresMs >= 0 {
 			fmt.Fprintf(tw, ", keeps its place for %d ms\n", w.ExpiresMs)

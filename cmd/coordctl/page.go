@@ -82,6 +82,7 @@ type lockRow struct {
 	Kind    string       `json:"kind"` // hash or simple
 	Key     string       `json:"key"`
 	Owners  []ownerView  `json:"owners"`
+	Meta    string       `json:"meta,omitempty"` // the holder's metadata (lock.WithHolderMeta)
 	TTLms   int64        `json:"ttl_ms"`
 	Token   int64        `json:"token"`
 	Waiters []waiterView `json:"waiters"`
@@ -210,8 +211,8 @@ func (s *server) scanLocks(ctx context.Context) lockList {
 		if !v.Held && len(v.Waiters) == 0 {
 			continue
 		}
-		ll.Locks = append(ll.Locks, lockRow{Kind: kindHash, Key: k, Owners: v.Owners, TTLms: v.TTLms, Token: v.HoldToken,
-			Waiters: v.Waiters, Granted: v.Granted})
+		ll.Locks = append(ll.Locks, lockRow{Kind: kindHash, Key: k, Owners: v.Owners, Meta: v.Meta, TTLms: v.TTLms,
+			Token: v.HoldToken, Waiters: v.Waiters, Granted: v.Granted})
 	}
 	for _, k := range simples {
 		if len(ll.Locks) >= s.cfg.pageLocks {

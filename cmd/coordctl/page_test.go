@@ -66,7 +66,7 @@ func TestPageInBrowser(t *testing.T) {
 	bin := chromium(t)
 	r := testserver.StartRedis(t)
 	ctx := context.Background()
-	lc := lock.New(r.Client(t))
+	lc := lock.New(r.Client(t), lock.WithHolderMeta("service=orders host=web-1 pid=4242"))
 	t.Cleanup(func() { lc.Close() })
 	held, err := lc.Obtain(lock.WithOwner(ctx, "owner-page"), "orders:42", lock.WithTTL(time.Minute))
 	if err != nil {
@@ -110,6 +110,7 @@ func TestPageInBrowser(t *testing.T) {
 		t.Fatalf("/api/status: %d %s", code, body)
 	}
 	if l := st.Locks.Locks[0]; l.Key != "orders:42" || l.Owners[0].Owner != "owner-page" || l.Token != held.Token() ||
+		l.Meta != "service=orders host=web-1 pid=4242" ||
 		len(l.Waiters) != 1 || l.Waiters[0].Owner != "owner-next" {
 		t.Fatalf("/api/status lock: %+v", l)
 	}
@@ -125,7 +126,7 @@ func TestPageInBrowser(t *testing.T) {
 	dom := headless(t, bin, "--virtual-time-budget=5000", "--dump-dom", hs.URL+"/")
 	for _, want := range []string{
 		`<tr class="tag-row" data-tag="invoices">`, `<tr class="tag-row" data-tag="orders">`,
-		`<tr class="lock-row" data-key="orders:42">`, `owner-page`, `owner-next`,
+		`<tr class="lock-row" data-key="orders:42">`, `owner-page`, `owner-next`, `service=orders host=web-1 pid=4242`,
 		`<tr class="lock-row" data-key="report:daily">`,
 		`<b id="worker-id">0</b>`, `<dd id="worker-layout">twitter</dd>`, `id="high-water"`, `service <b>checkout</b>`,
 		`live: updated`, // the script ran and swapped the live part in
