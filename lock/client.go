@@ -52,6 +52,7 @@ type Client struct {
 	argChan, argFair, argBound, argWindow any
 	argTTL                                any    // the default TTL in ms
 	argGrant                              string // "|<grant ms>|" of a waiter entry at the default TTL
+	argGrantBoxed                         any    // argGrant
 	argMeta                               any    // WithHolderMeta's metadata, or nil when none
 	acquireKeys                           int    // the keys acquire.lua gets: 5 with metadata, else 4 (each costs an allocation)
 }
@@ -108,6 +109,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
 	c.argBound, c.argTTL = o.waiterTimeout.Milliseconds(), o.ttl.Milliseconds()
 	c.argGrant = "|" + strconv.FormatInt(c.grantTTL(o.ttl).Milliseconds(), 10) + "|"
+	c.argGrantBoxed = c.argGrant
 	if o.fair {
 		c.argFair = argYes
 	}
@@ -302,20 +304,26 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
 	subscribed := c.subscribed()
 	grant := c.grantTTL(o.TTL)
-	var waiter string   // the queue entry
+	// The queue entry is "<id>|<grant ms>|<owner>". acquire.lua gets its
+	// middle, "|<grant ms>|", and makes the entry from the call id and the
+	// owner it has already: most calls never wait, and the entry is built
+	// here only to leave the queue.
+	var g string        // "|<grant ms>|", if queue
+	var argWaiter any   // g, boxed (once per client for the default TTL)
 	var wake chan int64 // nil until registered: most calls never wait
 	if queue {
-		g := c.argGrant // "|<ms>|" for the default TTL, formatted once
+		g, argWaiter = c.argGrant, c.argGrantBoxed
 		if o.TTL != c.o.ttl {
 			g = "|" + strconv.FormatInt(grant.Milliseconds(), 10) + "|"
+			argWaiter = g
 		}
-		waiter = id + g + owner
 	}
+	waiter := func() string { return id + g + owner }
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
 	subscribeFirst := queue && notified && !subscribed
 	// Boxed once per call (and the default TTL once per client).
-	var argTTL, argWaiter, argID any = c.argTTL, waiter, id
+	var argTTL, argID any = c.argTTL, id
 	if o.TTL != c.o.ttl {
 		argTTL = o.TTL.Milliseconds()
 	}
@@ -329,13 +337,16 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 		sent := c.o.now()
 		w := argWaiter
 		if subscribeFirst {
-			w = ""
-		} else if waiter != "" && wake == nil {
+			w = nil
+		} else if queue && wake == nil {
 			var err error
 			if wake, err = c.register(id); err != nil {
 				return nil, err
 			}
 			defer c.removeWaiter(id)
+		}
+		if w == nil {
+			w = argEmpty
 		}
 		res, err := c.acquire(ctx, keys[:c.acquireKeys], argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued, argID)
 		if err != nil {
@@ -343,8 +354,8 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 			// (a ctx that ended mid-flight, retries exhausted or off): it
 			// may hold a level, or have queued the waiter, that nobody owns.
 			c.forget(ctx, keys, owner, id)
-			if w != "" {
-				c.leave(ctx, keys, waiter)
+			if w != argEmpty {
+				c.leave(ctx, keys, waiter())
 			}
 			if ctx.Err() != nil {
 				return nil, errors.Join(ErrNotObtained, ctx.Err())
@@ -368,7 +379,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 			subscribeFirst = false
 			continue // and queue at once
 		}
-		if waiter != "" {
+		if queue {
 			queued = argYes
 		}
 		d := res.wait
@@ -397,12 +408,12 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 		case <-timer.C:
 		case <-c.quit:
 			if queued == argYes {
-				c.leave(ctx, keys, waiter)
+				c.leave(ctx, keys, waiter())
 			}
 			return nil, ErrClosed
 		case <-ctx.Done():
 			if queued == argYes {
-				c.leave(ctx, keys, waiter)
+				c.leave(ctx, keys, waiter())
 			}
 			return nil, errors.Join(ErrNotObtained, ctx.Err())
 		}
@@ -537,7 +548,10 @@ func (c *Client) leave(ctx context.Context, keys []string, waiter string) {
 }
 
 func (c *Client) nextID() string {
-	return c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
+	// One allocation: the id, its ':' and the number appended in place.
+	var buf [64]byte
+	b := append(append(buf[:0], c.id...), ':')
+	return string(strconv.AppendUint(b, c.seq.Add(1), 10))
 }
 
 // begin numbers a call, or returns ErrClosed after Close.

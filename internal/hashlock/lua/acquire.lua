@@ -8,7 +8,9 @@
 -- KEYS[5] metas        <prefix>{key}:qtm    hash waiter -> holder metadata, or absent
 -- ARGV[1] owner
 -- ARGV[2] TTL in ms
--- ARGV[3] waiter: its queue entry (queue.lua), or "" to make one attempt without queueing
+-- ARGV[3] waiter: its queue entry (queue.lua), or "" to make one attempt without
+--         queueing; "|<grant ms>|" stands for a granted-form entry made of
+--         this call's request id (ARGV[8]) and owner: "<id>|<grant ms>|<owner>"
 -- ARGV[4] "1" fair (FIFO, no barging), "0" not
 -- ARGV[5] waiter bound in ms: a waiter that does not call again within it is skipped
 -- ARGV[6] wake-up channel prefix (unused; kept for the argument layout)
@@ -28,6 +30,7 @@ local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
 local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
 local req, floor, meta = ARGV[8] or '', ARGV[9], ARGV[10] or ''
+if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|': the entry's middle
 -- metas: the waiter-metadata hash, when this call has metadata to keep there.
 local metas = meta ~= '' and KEYS[5] or nil
 
