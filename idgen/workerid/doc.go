@@ -77,7 +77,7 @@
 // forward: Redis and SQL expiries follow the server's wall clock), and a
 // WithSessionTimeout larger than the timeout the server negotiated.
 //
-// A paused holder: both leasers stop a holder's generator by closing Lost,
+// A paused holder: every leaser stops a holder's generator by closing Lost,
 // which a goroutine of the holder's process does when its deadline has
 // passed. A holder stopped (a GC pause, SIGSTOP, a VM frozen) across that
 // deadline cannot run that goroutine while stopped, so the generator does

@@ -129,7 +129,8 @@ func (s *SQLLeaser) checkService(service string) error {
 // free ID is tried. The watchdog renews the row every TTL/3. It returns
 // *ExhaustedError when every ID is held, an error wrapping ErrInvalid for a
 // bad service name, ErrSchema when the table is missing, and the database's
-// errors wrapped.
+// errors wrapped. A claim cut short (ctx ended, the connection broke) may
+// still have taken its row, which then stays taken until its TTL runs out.
 func (s *SQLLeaser) Lease(ctx context.Context, service string) (*Lease, error) {
 	if err := s.checkService(service); err != nil {
 		return nil, err
