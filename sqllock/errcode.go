@@ -5,67 +5,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"reflect"
-)
 
-// Error codes this package reacts to. Drivers are not imported: a
-// PostgreSQL error is recognised by its SQLState() method (pgx's
-// *pgconn.PgError, lib/pq's via Get), a MySQL error by the Number field of
-// the driver's error struct (go-sql-driver's *mysql.MySQLError).
-const (
-	mysqlLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
-	mysqlDeadlock        = 1213 // ER_LOCK_DEADLOCK
-
-	pgSerialization = "40001" // serialization_failure
-	pgDeadlock      = "40P01" // deadlock_detected
-	pgLockTimeout   = "55P03" // lock_not_available (lock_timeout, NOWAIT)
-	pgQueryCanceled = "57014" // query_canceled (statement_timeout, pg_cancel_backend)
+	"github.com/coordkit/coordkit/internal/sqldb"
 )
 
 // codes returns the MySQL error number and the SQLSTATE of the first error
 // in err's chain that carries either.
-func codes(err error) (number int, state string) {
-	for _, e := range chain(err) {
-		if s, ok := e.(interface{ SQLState() string }); ok {
-			return 0, s.SQLState()
-		}
-		v := reflect.ValueOf(e)
-		if v.Kind() == reflect.Pointer && !v.IsNil() {
-			v = v.Elem()
-		}
-		if v.Kind() != reflect.Struct {
-			continue
-		}
-		if f := v.FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
-			return int(f.Uint()), ""
-		}
-	}
-	return 0, ""
-}
-
-// chain lists err and every error it wraps, depth first.
-func chain(err error) []error {
-	var out []error
-	var walk func(error)
-	walk = func(e error) {
-		for e != nil {
-			out = append(out, e)
-			switch u := e.(type) {
-			case interface{ Unwrap() []error }:
-				for _, x := range u.Unwrap() {
-					walk(x)
-				}
-				return
-			case interface{ Unwrap() error }:
-				e = u.Unwrap()
-			default:
-				return
-			}
-		}
-	}
-	walk(err)
-	return out
-}
+func codes(err error) (number int, state string) { return sqldb.Codes(err) }
 
 // Retryable reports whether err is a transaction failure that running the
 // transaction again may cure: a deadlock (MySQL 1213, PostgreSQL 40P01), a
@@ -75,9 +21,9 @@ func chain(err error) []error {
 func Retryable(err error) bool {
 	n, s := codes(err)
 	switch {
-	case n == mysqlDeadlock, n == mysqlLockWaitTimeout:
+	case n == sqldb.MySQLDeadlock, n == sqldb.MySQLLockWaitTimeout:
 		return true
-	case s == pgDeadlock, s == pgSerialization, s == pgLockTimeout:
+	case s == sqldb.PGDeadlock, s == sqldb.PGSerialization, s == sqldb.PGLockTimeout:
 		return true
 	}
 	return false
@@ -87,7 +33,7 @@ func Retryable(err error) bool {
 // error in the lock: lock_timeout, statement_timeout or a cancel.
 func pgWaitEnded(err error) bool {
 	_, s := codes(err)
-	return s == pgLockTimeout || s == pgQueryCanceled
+	return s == sqldb.PGLockTimeout || s == sqldb.PGQueryCanceled
 }
 
 // connBroken reports whether conn can no longer be used after err: the

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/sqldb"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -167,21 +168,4 @@ func plainName(s string) bool {
 
 // validTable reports whether name is [a-z_][a-z0-9_]* or schema.table of
 // two such parts, each at most 63 bytes. Names are put in SQL unquoted.
-func validTable(name string) bool {
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return false
-	}
-	for _, p := range parts {
-		if p == "" || len(p) > 63 || '0' <= p[0] && p[0] <= '9' {
-			return false
-		}
-		for i := 0; i < len(p); i++ {
-			b := p[i]
-			if !('a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '_') {
-				return false
-			}
-		}
-	}
-	return true
-}
+func validTable(name string) bool { return sqldb.ValidTable(name) }

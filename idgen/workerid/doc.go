@@ -1,8 +1,9 @@
 // Package workerid leases Snowflake worker IDs to processes, through Redis
-// (RedisLeaser) or ZooKeeper (ZKLeaser), and keeps each worker's high-water
-// mark, so that a generator on a leased ID starts above every ID the ID's
-// earlier holders issued. Both leasers implement Leaser: a program picks
-// its backend at start-up and uses the same code after.
+// (RedisLeaser), ZooKeeper (ZKLeaser) or a table in MySQL, MariaDB or
+// PostgreSQL (SQLLeaser), and keeps each worker's high-water mark, so that
+// a generator on a leased ID starts above every ID the ID's earlier holders
+// issued. The three leasers implement Leaser: a program picks its backend
+// at start-up and uses the same code after.
 //
 // # Algorithm
 //
@@ -33,11 +34,28 @@
 //     session (ZKLeaser gives the windows and their derivation, and what
 //     happens when the create's reply is lost). Release deletes the node if
 //     the session still owns it.
+//   - SQL: Lease reads which IDs of the service are held (one SELECT of the
+//     rows whose expiry is ahead of the database's clock) and claims the
+//     lowest other one with one conditional upsert, a transaction of its
+//     own: the row is inserted, or taken over if it is free or has expired,
+//     with a new random owner UUID and an expiry TTL (WithTTL, default 10 s)
+//     after the database's now; a row another leaser holds is left alone,
+//     and the next free ID is tried. The primary key (service, id) and the
+//     condition, which the database checks on the row's latest committed
+//     version under its row lock, let one claim of an ID win at a time. The
+//     watchdog renews the row every TTL/3 (an UPDATE of its expiry that
+//     matches only while the row is still this lease's owner's and has not
+//     expired); the deadline is 90 % of the TTL after the send time of the
+//     last renewal that succeeded, as on Redis. Release marks the row free
+//     (an empty owner, expiry now) only if it is still this lease's
+//     owner's, and keeps its high-water mark. Every statement stands alone
+//     (no session state, no transaction held open), so the leaser works
+//     through connection poolers (with a driver configured for them).
 //
 // Lost closes when the lease ends; Err says why: ErrReleased after
-// Release; after a loss, an error matching watchdog.ErrNotHeld (the key or
-// node is gone or another's) or watchdog.ErrExpired (not confirmed in
-// time).
+// Release; after a loss, an error matching watchdog.ErrNotHeld (the key,
+// node or row is gone or another's, or the row has expired) or
+// watchdog.ErrExpired (not confirmed in time).
 //
 // # Guarantees
 //
@@ -47,13 +65,19 @@
 // a tenth of the TTL before the key can expire (a margin for clock-rate
 // drift and scheduling delay); on ZooKeeper the node belongs to one
 // session, and its holder's generators stop at least T/3 − tick/2 before
-// the session can expire. The exceptions are stated where they arise: a
-// Redis that loses the key while its holder runs (below, "Failover and data
-// loss"), an operator who deletes the key or node, clocks of the holder and
-// the server that run at rates differing by more than the margin, and a
+// the session can expire; in SQL the row has one owner at a time, its
+// expiry is computed by the database's clock when the database runs the
+// claim or renewal (after the holder read its own clock to send it), and
+// the holder's generators stop at its deadline, a tenth of the TTL before
+// the row can expire. The exceptions are stated where they arise: a Redis
+// or a database that loses the key or row while its holder runs (below,
+// "Failover and data loss"), an operator who deletes or edits the key,
+// node or row, clocks of the holder and the server that run at rates
+// differing by more than the margin (or a server clock that is stepped
+// forward: Redis and SQL expiries follow the server's wall clock), and a
 // WithSessionTimeout larger than the timeout the server negotiated.
 //
-// A paused holder: both leasers stop a holder's generator by closing Lost,
+// A paused holder: every leaser stops a holder's generator by closing Lost,
 // which a goroutine of the holder's process does when its deadline has
 // passed. A holder stopped (a GC pause, SIGSTOP, a VM frozen) across that
 // deadline cannot run that goroutine while stopped, so the generator does
@@ -81,14 +105,15 @@
 // issued since. A lost lease is not taken back: lease again.
 //
 // At restart (a process that crashed or was killed without Release): its
-// ID stays taken until the key's TTL runs out (Redis) or the server expires
-// its session (ZooKeeper, T after the session was last heard from), and a
+// ID stays taken until the key's or row's TTL runs out (Redis, SQL) or the
+// server expires its session (ZooKeeper, T after the session was last
+// heard from), and a
 // process started meanwhile leases the lowest ID that is free, usually
 // another one. Whoever leases the crashed holder's ID later starts above
 // its stored mark: the last checkpoint (at most WithCheckpoint old) or,
 // with idgen.WithBorrow, the last reservation. IDs the crashed holder
 // issued after its last checkpoint lie before the crash, and the ID was
-// taken for at least a tenth of the TTL (Redis) or T/3 − tick/2
+// taken for at least a tenth of the TTL (Redis, SQL) or T/3 − tick/2
 // (ZooKeeper) after its generator last issued: they repeat only if the new
 // holder's clock is behind the crashed holder's by more than that.
 //
@@ -142,6 +167,46 @@
 // heartbeat and Release check it. Nodes created without the lock (another
 // tool) are respected: a create that finds the node takes the next ID.
 //
+// # SQL table schema
+//
+// One table (WithTable, default DefaultTable "coordkit_worker_node") holds
+// the rows of every service; SQLLeaser.CreateSchema creates it, and
+// SQLLeaser.Schema returns its CREATE TABLE. A statement that finds the
+// table or a column missing returns an error matching ErrSchema that names
+// the table and gives that statement. On MySQL and MariaDB (InnoDB; service
+// and owner are VARBINARY, compared byte for byte whatever the collation;
+// times are DATETIME(6) in UTC, never TIMESTAMP, whose values move with the
+// session's time zone):
+//
+//	service     VARBINARY(128)  the service name (text on PostgreSQL)
+//	id          BIGINT          the worker ID, in [0, max]
+//	owner       VARBINARY(64)   the lease's random owner UUID; empty when free
+//	host_name   VARCHAR(255)    the holder's host (WithHost), kept after release
+//	pid         BIGINT          the holder's process ID, kept after release
+//	launch_date DATE            the UTC date the holder leased the ID
+//	created     DATETIME(6)     when the holder leased the ID (timestamptz on PostgreSQL)
+//	modified    DATETIME(6)     the last claim, renewal or release
+//	expires     DATETIME(6)     the row is held while this is ahead of the database's clock
+//	high_water  BIGINT          the ID's high-water mark, Unix milliseconds (0: none); only raised, kept after release
+//	PRIMARY KEY (service, id)
+//
+// Every time is the database's (UTC_TIMESTAMP(6) on MySQL and MariaDB, the
+// transaction's now() on PostgreSQL), never a client's: Holder.Since is
+// created, and Holder.TTL the time expires has left.
+//
+// The names follow Baidu uid-generator's WORKER_NODE table where they mean
+// the same: ID, HOST_NAME, LAUNCH_DATE, MODIFIED and CREATED (MySQL and
+// PostgreSQL compare unquoted column names regardless of case). It is not that
+// table: uid-generator inserts a row with a new AUTO_INCREMENT ID at every
+// start and never reuses an ID, so its IDs outgrow a Snowflake's worker
+// bits (it spends 22 bits on them) and a crashed process's ID is simply
+// abandoned. Here a row per (service, ID) is leased, renewed and reused,
+// the lowest free ID within [0, max] first, which fits the 10 worker bits
+// of Twitter's layout; a row outlives its holders to keep the ID's
+// high-water mark. uid-generator's PORT and TYPE (container or actual
+// host) have no counterpart: owner and pid tell holders apart. Read the
+// table with the columns above, not as a WORKER_NODE.
+//
 // # Failover and data loss (Redis)
 //
 // A Redis lease is exclusive only while the server keeps its key. A restart
@@ -174,13 +239,36 @@
 // whose nodes and marks are written to a quorum, or borrow well ahead of the
 // replication lag plus TTL/3.
 //
+// # Crashes, restarts and failover (SQL)
+//
+// A row and its mark are committed before a claim, renewal, checkpoint or
+// release returns, so a database that crashes and restarts with its data
+// keeps them. While it is down (or paused) renewals fail: back within 90 %
+// of the TTL after the last renewal, the lease survives; down longer, the
+// holder loses it (watchdog.ErrExpired) before the row can expire, and the
+// row, whose expiry followed the database's clock through the outage, is
+// free once the database is back. The lost holder's final mark is stored
+// when the database answers again (retried for 10 s), and a successor that
+// loads it afterwards starts above every ID the holder issued
+// (TestSQLServerKilled, TestSQLServerPausedPastTTL). A failover to an
+// asynchronous replica that had not received the latest claim or mark is
+// data loss, with the consequences described above for Redis; use
+// synchronous replication (semi-sync, synchronous_commit with a standby)
+// where IDs must stay unique across a failover.
+//
 // # When not to use it
 //
 // A fleet with a fixed, small set of instances (a StatefulSet's ordinal, a
 // configured node number) needs no lease: give each its ID. Do not lease an
 // ID per request or per short-lived job: every Lease is several round
-// trips (and ZooKeeper writes), and a crashed holder's ID stays taken for
-// a TTL or a session timeout. Where the worker bits are too few for the
-// peak number of processes, Lease fails with *ExhaustedError; use a wider
-// layout or a Redis-backed generator (package redisid) instead.
+// trips (and ZooKeeper or database writes), and a crashed holder's ID
+// stays taken for a TTL or a session timeout. Where the worker bits are
+// too few for the peak number of processes, Lease fails with
+// *ExhaustedError; use a wider layout or a Redis-backed generator (package
+// redisid) instead. The SQL leaser writes a row every TTL/3 per holder:
+// on a database that cannot answer within a fraction of the TTL (a
+// saturated primary, long lock waits on the table) leases are lost; give
+// it a table of its own, and a TTL well above the database's worst
+// latency. Do not point it at a uid-generator WORKER_NODE table (see the
+// schema above).
 package workerid

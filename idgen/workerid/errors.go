@@ -18,6 +18,10 @@ var (
 	// the same IDs in the same tick. Share the first; it is safe for
 	// concurrent use.
 	ErrGeneratorExists = errors.New("workerid: the lease already has a generator")
+	// ErrSchema is returned by a SQLLeaser when its table, or a column of
+	// it, does not exist; the error says how to create it
+	// (SQLLeaser.CreateSchema).
+	ErrSchema = errors.New("workerid: worker table missing or not coordkit's schema")
 )
 
 // ExhaustedError names the service whose worker IDs are all taken.

@@ -2,6 +2,7 @@ package workerid_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"strings"
@@ -74,4 +75,81 @@ func ExampleNewZK() {
 	defer lease.Release(ctx)
 	fmt.Println("worker:", lease.ID())
 	// Output: worker: 0
+}
+
+// The same on a PostgreSQL (or MySQL, MariaDB) the service already runs: a
+// row per worker ID, renewed by the watchdog, its expiry on the database's
+// clock. The dialect comes from the driver.
+func ExampleNewSQL() {
+	db, err := sql.Open("pgx", os.Getenv("POSTGRES_DSN"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	leaser, err := workerid.NewSQL(db, workerid.WithTable("example_worker_node"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	if err := leaser.CreateSchema(ctx); err != nil { // once, at deployment
+		fmt.Println(err)
+		return
+	}
+	lease, err := leaser.Lease(ctx, "invoices")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lease.Release(ctx) // frees the row, keeps the ID's high-water mark
+
+	ids, err := lease.NewSnowflake(ctx, idgen.LayoutTwitter)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	id, _ := ids.Next()
+	fmt.Println("worker:", lease.ID(), "ID's worker:", ids.Decompose(id).Worker)
+	// Output: worker: 0 ID's worker: 0
+}
+
+// List shows who holds a service's worker IDs, from the table: the holder's
+// host and PID, and how long its row has left by the database's clock.
+func ExampleSQLLeaser_List() {
+	db, err := sql.Open("mysql", os.Getenv("MYSQL_DSN"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	leaser, err := workerid.NewSQL(db, workerid.WithTable("example_worker_node"), workerid.WithHost("web-1"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	if err := leaser.CreateSchema(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 2 {
+		lease, err := leaser.Lease(ctx, "search")
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer lease.Release(ctx)
+	}
+	holders, err := leaser.List(ctx, "search")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, h := range holders {
+		fmt.Println(h.ID, h.Host, h.PID == os.Getpid(), h.TTL > 0)
+	}
+	// Output:
+	// 0 web-1 true true
+	// 1 web-1 true true
 }

@@ -23,7 +23,8 @@ type conn struct {
 	// delay holds every byte between this connection and the server for d.
 	delay func(d time.Duration)
 	// lose makes the server drop a lease taken through this connection
-	// (Redis: its key is deleted; ZooKeeper: its session expires).
+	// (Redis: its key is deleted; ZooKeeper: its session expires; SQL: its
+	// row expires).
 	lose func(t *testing.T, l *workerid.Lease)
 }
 
@@ -35,10 +36,11 @@ type backend struct {
 	start func(t *testing.T) func(opts ...workerid.Option) conn
 }
 
-// backends returns a Redis and a ZooKeeper backend: the behaviour of a Lease
-// lives in lease.go and must be the same over both.
+// backends returns a Redis, a ZooKeeper, a MariaDB and a PostgreSQL
+// backend: the behaviour of a Lease lives in lease.go and must be the same
+// over all.
 func backends() []backend {
-	return []backend{
+	return append([]backend{
 		{"redis", func(t *testing.T) func(opts ...workerid.Option) conn {
 			r := testserver.StartRedis(t)
 			return func(opts ...workerid.Option) conn {
@@ -86,7 +88,7 @@ func backends() []backend {
 				}
 			}
 		}},
-	}
+	}, sqlBackend(sqlDBs()[0]), sqlBackend(sqlDBs()[1]))
 }
 
 // zkRun numbers the ZooKeeper backends started by this test binary.

@@ -2,9 +2,9 @@ package workerid
 
 import "context"
 
-// Leaser leases the worker IDs of services: what RedisLeaser and ZKLeaser
-// both offer, so that a program picks its backend at start-up and uses
-// the same code after. Its methods are safe for concurrent use.
+// Leaser leases the worker IDs of services: what RedisLeaser, ZKLeaser and
+// SQLLeaser all offer, so that a program picks its backend at start-up and
+// uses the same code after. Its methods are safe for concurrent use.
 type Leaser interface {
 	// Lease takes the lowest free worker ID in [0, max] for service and
 	// keeps it until the Lease is released or lost. It returns
@@ -16,11 +16,12 @@ type Leaser interface {
 	List(ctx context.Context, service string) ([]Holder, error)
 	// Close stops the leaser's background work and waits for it. Leases
 	// already made are not affected: release them. It does not close the
-	// Redis client or ZooKeeper connection, and it is idempotent.
+	// Redis client, ZooKeeper connection or *sql.DB, and it is idempotent.
 	Close() error
 }
 
 var (
 	_ Leaser = (*RedisLeaser)(nil)
 	_ Leaser = (*ZKLeaser)(nil)
+	_ Leaser = (*SQLLeaser)(nil)
 )

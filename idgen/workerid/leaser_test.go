@@ -8,8 +8,8 @@ import (
 	"github.com/coordkit/coordkit/internal/testserver"
 )
 
-// TestLeaserClose: through the Leaser interface, both backends lease and
-// list the same way, and Close (idempotent) leaves the leases already made
+// TestLeaserClose: through the Leaser interface, every backend leases and
+// lists the same way, and Close (idempotent) leaves the leases already made
 // held until they are released.
 func TestLeaserClose(t *testing.T) {
 	for _, tc := range []struct {
@@ -18,6 +18,8 @@ func TestLeaserClose(t *testing.T) {
 	}{
 		{"redis", func(t *testing.T) workerid.Leaser { return newRedisLeaser(t, testserver.StartRedis(t)) }},
 		{"zk", func(t *testing.T) workerid.Leaser { l, _ := zkLeaser(t); return l }},
+		{"mariadb", func(t *testing.T) workerid.Leaser { s := sqlDBs()[0]; return s.leaser(t, s.newTable(t)) }},
+		{"postgres", func(t *testing.T) workerid.Leaser { s := sqlDBs()[1]; return s.leaser(t, s.newTable(t)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxT(t, 30*time.Second)

@@ -9,9 +9,11 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/internal/sqldb"
+	"github.com/coordkit/coordkit/sqllock"
 )
 
-// Option configures a RedisLeaser or a ZKLeaser.
+// Option configures a RedisLeaser, a ZKLeaser or a SQLLeaser.
 type Option func(*options)
 
 type options struct {
@@ -21,6 +23,8 @@ type options struct {
 	prefix     string // Redis key prefix
 	root       string // ZooKeeper root path
 	acl        []zk.ACL
+	table      string          // SQL table
+	dialect    sqllock.Dialect // SQL dialect; 0: detected from the driver
 	host       string
 	now        func() time.Time
 
@@ -39,6 +43,7 @@ func defaults() options {
 		prefix:     "coordkit:worker:",
 		root:       "/coordkit/workers",
 		acl:        zk.WorldACL(zk.PermAll),
+		table:      DefaultTable,
 		host:       host,
 		now:        time.Now,
 
@@ -60,6 +65,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: empty key prefix", ErrInvalid)
 	case len(o.root) < 2 || o.root[0] != '/' || o.root[len(o.root)-1] == '/':
 		return fmt.Errorf("%w: root path %q must start with / and not end with it", ErrInvalid, o.root)
+	case !sqldb.ValidTable(o.table):
+		return fmt.Errorf("%w: table name %q: want [a-z_][a-z0-9_]* (optionally schema.table), at most 63 bytes each", ErrInvalid, o.table)
+	case o.dialect != 0 && o.dialect != sqllock.MySQL && o.dialect != sqllock.Postgres:
+		return fmt.Errorf("%w: unknown SQL dialect %v", ErrInvalid, o.dialect)
 	}
 	return nil
 }
@@ -81,10 +90,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // used with (NewSnowflake checks). Default: 1023 (10 worker bits).
 func WithMax(max int64) Option { return func(o *options) { o.max = max } }
 
-// WithTTL sets a Redis lease's time to live; the watchdog renews it every
-// TTL/3 and the lease is lost (generators stop) once renewals have failed
-// for 90 % of it. Default: 10 s. Ignored by ZooKeeper, where the session
-// timeout plays this role.
+// WithTTL sets a Redis or SQL lease's time to live; the watchdog renews it
+// every TTL/3 and the lease is lost (generators stop) once renewals have
+// failed for 90 % of it. Default: 10 s. Ignored by ZooKeeper, where the
+// session timeout plays this role.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // WithCheckpoint sets how often a Snowflake made by Lease.NewSnowflake saves
@@ -100,6 +109,18 @@ func WithRoot(path string) Option { return func(o *options) { o.root = path } }
 // WithACL sets the ACL of the znodes a ZKLeaser creates. Default:
 // zk.WorldACL(zk.PermAll).
 func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
+
+// WithTable sets a SQLLeaser's table. It must match [a-z_][a-z0-9_]*,
+// optionally qualified by a schema ("ids.worker_node"). Default:
+// DefaultTable ("coordkit_worker_node").
+func WithTable(name string) Option { return func(o *options) { o.table = name } }
+
+// WithDialect sets the SQL a SQLLeaser speaks: sqllock.MySQL (MySQL 8,
+// MariaDB 10.5 or later) or sqllock.Postgres (PostgreSQL 12 or later).
+// Default: detected from the pool's driver (github.com/go-sql-driver/mysql;
+// github.com/jackc/pgx's stdlib or github.com/lib/pq); a pool with another
+// driver (a wrapper, for instance) needs this option.
+func WithDialect(d sqllock.Dialect) Option { return func(o *options) { o.dialect = d } }
 
 // WithHost sets the host name recorded with a lease. Default: os.Hostname().
 func WithHost(h string) Option { return func(o *options) { o.host = h } }

@@ -11,6 +11,7 @@ package workerid_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -32,7 +33,8 @@ import (
 	"github.com/coordkit/coordkit/internal/testserver"
 )
 
-// pauseHolderEnv holds "redis <addr> <root>" or "zk <server,...> <root>".
+// pauseHolderEnv holds "redis <addr> <root>", "zk <server,...> <root>",
+// "mysql <dsn> <table>" or "pgx <dsn> <table>".
 const pauseHolderEnv = "WORKERID_TEST_PAUSE_HOLDER"
 
 const (
@@ -77,6 +79,19 @@ func pauseHolder(spec string) int {
 			return fail(err)
 		}
 		defer l.Close()
+		if lease, err = l.Lease(ctx, pauseService); err != nil {
+			return fail(err)
+		}
+	case "mysql", "pgx":
+		db, err := sql.Open(f[0], f[1])
+		if err != nil {
+			return fail(err)
+		}
+		defer db.Close()
+		l, err := workerid.NewSQL(db, workerid.WithMax(0), workerid.WithTTL(pauseTTL), workerid.WithTable(f[2]))
+		if err != nil {
+			return fail(err)
+		}
 		if lease, err = l.Lease(ctx, pauseService); err != nil {
 			return fail(err)
 		}
@@ -129,7 +144,7 @@ type quietLog struct{}
 func (quietLog) Printf(string, ...any) {}
 
 func TestPausedHolderIssuesNothing(t *testing.T) {
-	for _, backend := range []string{"redis", "zk"} {
+	for _, backend := range []string{"redis", "zk", "mariadb", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := ctxT(t, 60*time.Second)
 			root := zkRoot(t)
@@ -151,6 +166,16 @@ func TestPausedHolderIssuesNothing(t *testing.T) {
 				l := zkLeaserOn(t, zkServer.DialT(t, zkSession, nil), zkSession, workerid.WithMax(0))
 				newcomer = func() *workerid.Lease { return leaseWhenFree(t, ctx, l.Lease) }
 				expire = zkSession
+			case "mariadb", "postgres":
+				s := sqlDBs()[0]
+				if backend == "postgres" {
+					s = sqlDBs()[1]
+				}
+				table := s.newTable(t)
+				spec = s.driver + " " + s.dsnAt(s.srv().Addr()) + " " + table
+				l := s.leaser(t, table, workerid.WithMax(0), workerid.WithTTL(pauseTTL))
+				newcomer = func() *workerid.Lease { return leaseWhenFree(t, ctx, l.Lease) }
+				expire = pauseTTL // by the database's clock
 			}
 			exe, err := os.Executable()
 			if err != nil {

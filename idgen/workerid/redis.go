@@ -57,7 +57,7 @@ type Holder struct {
 	Host  string        `json:"host"`
 	PID   int           `json:"pid"`
 	Since time.Time     `json:"since"`
-	TTL   time.Duration `json:"ttl,omitempty"` // Redis: the key's remaining TTL
+	TTL   time.Duration `json:"ttl,omitempty"` // Redis: the key's remaining TTL; SQL: the row's, by the database's clock
 }
 
 func checkService(service string) error {
