@@ -2,6 +2,7 @@ package idgen
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync/atomic"
 	"time"
@@ -226,11 +227,11 @@ func (e *engine) isLost() bool {
 // the last of them. n must be at least 1.
 func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 	if e.isLost() {
-		return 0, 0, ErrLeaseLost
+		return 0, 0, e.lostErr()
 	}
 	t := e.now()                    // e.read(), by hand: this is the hot path
 	if e.held != nil && !e.held() { // after the reading: the IDs' time is before the lease's deadline
-		return 0, 0, ErrLeaseLost
+		return 0, 0, e.lostErr()
 	}
 	ns := t.UnixNano() - e.epochNs
 	if e.logical {
@@ -302,7 +303,7 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 			continue
 		}
 		if e.isLost() {
-			return 0, 0, ErrLeaseLost
+			return 0, 0, e.lostErr()
 		}
 		d := wait - e.borrow // until the tick is within the borrow
 		if d <= 0 {
@@ -329,7 +330,7 @@ func (e *engine) reserve(n uint64) (hi, k uint64, err error) {
 func (e *engine) readHeld() (int64, error) {
 	ns, err := e.read()
 	if err == nil && e.held != nil && !e.held() {
-		return 0, ErrLeaseLost
+		return 0, e.lostErr()
 	}
 	return ns, err
 }
@@ -358,9 +359,19 @@ func (e *engine) retire(cause error) time.Time {
 
 func (e *engine) retiredErr() error {
 	if e.isLost() {
-		return ErrLeaseLost
+		return e.lostErr()
 	}
 	return *e.cause.Load()
+}
+
+// lostErr is what a call returns once the lease is lost: ErrLeaseLost, or
+// the retire cause if the generator was retired with one that wraps it (a
+// released worker lease's: ErrLeaseLost and why).
+func (e *engine) lostErr() error {
+	if c := e.cause.Load(); c != nil && errors.Is(*c, ErrLeaseLost) {
+		return *c
+	}
+	return ErrLeaseLost
 }
 
 // reservation returns the mark a checkpoint stores: the high-water mark or,

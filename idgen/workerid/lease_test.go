@@ -256,8 +256,11 @@ func TestLeaseReleaseStopsGeneratorBeforeSavingMark(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := <-done
-			if !errors.Is(r.err, idgen.ErrLeaseLost) {
-				t.Fatalf("Next during Release: %v, want ErrLeaseLost", r.err)
+			if !errors.Is(r.err, idgen.ErrLeaseLost) || !errors.Is(r.err, workerid.ErrReleased) {
+				t.Fatalf("Next during Release: %v, want ErrLeaseLost and ErrReleased", r.err)
+			}
+			if _, err := sf.Next(); !errors.Is(err, idgen.ErrLeaseLost) || !errors.Is(err, workerid.ErrReleased) {
+				t.Fatalf("Next after Release: %v, want ErrLeaseLost and ErrReleased", err)
 			}
 
 			b, err := open().Lease(ctx, "svc")

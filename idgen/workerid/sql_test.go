@@ -247,7 +247,7 @@ func TestSQLReleaseKeepsMark(t *testing.T) {
 		if err := a.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sfA.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
+		if _, err := sfA.Next(); !errors.Is(err, idgen.ErrLeaseLost) || !errors.Is(err, workerid.ErrReleased) {
 			t.Fatalf("Next after Release: %v", err)
 		}
 		b, err := s.leaser(t, table).Lease(ctx, "svc")
