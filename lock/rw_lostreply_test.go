@@ -229,3 +229,28 @@ func TestRWLostReplyRenew(t *testing.T) {
 		rwFree(t, ctx, key, side.name+": after the release")
 	}
 }
+
+// TestRWStaleReleaseKeepsNewHold: a write hold deleted behind its owner's
+// back, then taken again by the same owner: the old lease's Release names
+// a level the new hold does not have, so it answers ErrNotHeld and leaves
+// the new hold alone (before levels were recorded, it dropped the new
+// hold's only level and freed the lock).
+func TestRWStaleReleaseKeepsNewHold(t *testing.T) {
+	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), lock.NewOwner())
+	rw := newRW(t)
+	key := uniqueKey(t)
+	old := mustObtain(t, ctx, rw.Write(), key)
+	shared.Client(t).Del(ctx, lock.DefaultPrefix+"rw:{"+key+"}")
+	cur := mustObtain(t, ctx, rw.Write(), key)
+	if cur.Token() <= old.Token() {
+		t.Fatalf("the new hold's token %d, not above the old one's %d", cur.Token(), old.Token())
+	}
+	if err := old.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release of the deleted hold: %v, want lock.ErrNotHeld", err)
+	}
+	rwHeld(t, ctx, key, "after the old lease's release")
+	if err := cur.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rwFree(t, ctx, key, "after the new lease's release")
+}
