@@ -269,14 +269,16 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 			timer.Stop()
 		}
 	}()
-	queued := false
 	for {
 		sent := time.Now()
 		res, err := acquireScript.Run(ctx, c.rdb, keys, id, ttl.Milliseconds(), c.o.permits, argWait,
 			c.o.waiterTimeout.Milliseconds(), argGrant).Int64Slice()
 		if err != nil {
-			if queued {
-				c.leave(ctx, keys, id, argGrant)
+			// The attempt may have run (its reply lost for good) and queued
+			// the waiter, or taken a permit granted to it: leave gives
+			// both back rather than let them wait for their deadlines.
+			if wait {
+				c.leave(context.WithoutCancel(ctx), keys, id, argGrant)
 			}
 			if ctx.Err() != nil {
 				return nil, errors.Join(lock.ErrNotObtained, ctx.Err())
@@ -289,7 +291,6 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		if !wait {
 			return nil, ErrNoPermit
 		}
-		queued = len(res) >= 3 && res[2] == 1
 		var fence int64 // a grant made after this attempt has a larger token
 		if len(res) >= 4 {
 			fence = res[3]
