@@ -71,8 +71,11 @@ type RWLocker interface {
 // only its own level and keeps its answer for the release window
 // (WithReleaseWindow) under P rw:{key}:x:<level id>, so that a resend
 // neither drops a second level nor reports ErrNotHeld for a hold it
-// released; a renewal renews only the hold its level belongs to. A
-// downgrade is a read acquisition by the writer, recorded the same way.
+// released; a renewal renews only the hold its level belongs to. A lease
+// whose hold was lost (expired, deleted) and taken again by the same owner
+// no longer matches a level: its renewal reports it lost, and its Release
+// answers ErrNotHeld without touching the new hold. A downgrade is a read
+// acquisition by the writer, recorded the same way.
 type RW struct {
 	rdb redis.UniversalClient
 	o   clientOptions
