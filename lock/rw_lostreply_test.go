@@ -231,19 +231,24 @@ func TestRWLostReplyRenew(t *testing.T) {
 }
 
 // TestRWStaleReleaseKeepsNewHold: a write hold deleted behind its owner's
-// back, then taken again by the same owner: the old lease's Release names
-// a level the new hold does not have, so it answers ErrNotHeld and leaves
-// the new hold alone (before levels were recorded, it dropped the new
-// hold's only level and freed the lock).
+// back, then taken again by the same owner: the old lease's renewal and
+// Release name a level the new hold does not have, so the old lease is
+// lost (ErrNotHeld) and its Release answers ErrNotHeld, leaving the new
+// hold alone (before levels were recorded, the renewal went on and the
+// Release dropped the new hold's only level, freeing the lock).
 func TestRWStaleReleaseKeepsNewHold(t *testing.T) {
 	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), lock.NewOwner())
 	rw := newRW(t)
 	key := uniqueKey(t)
-	old := mustObtain(t, ctx, rw.Write(), key)
+	old := mustObtain(t, ctx, rw.Write(), key, lock.WithTTL(300*time.Millisecond))
 	shared.Client(t).Del(ctx, lock.DefaultPrefix+"rw:{"+key+"}")
 	cur := mustObtain(t, ctx, rw.Write(), key)
 	if cur.Token() <= old.Token() {
 		t.Fatalf("the new hold's token %d, not above the old one's %d", cur.Token(), old.Token())
+	}
+	waitClosed(t, old.Lost(), time.Second, "Lost of the deleted hold, its owner holding the key again")
+	if err := lock.LostCause(old); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("cause %v, want lock.ErrNotHeld", err)
 	}
 	if err := old.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Release of the deleted hold: %v, want lock.ErrNotHeld", err)
