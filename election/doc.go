@@ -1,27 +1,30 @@
 // Package election elects one leader among the instances of a service, on
-// any lock.Locker: lock.Client (Redis), redlock.Client and zklock.Client,
-// with the guarantees of the lock underneath. It is the shape of etcd's
-// Election, Curator's LeaderLatch and Kubernetes' leaderelection for fleets
-// that already run coordkit's locks: a singleton job (one instance sends
-// the nightly report, one drains the outbox) wrapped in Run.
+// any lock.Locker: lock.Client (Redis), redlock.Client, zklock.Client and
+// sqllock.Client (MySQL/MariaDB and PostgreSQL: session locks and the
+// lease table), with the guarantees of the lock underneath. It is the shape
+// of etcd's Election, Curator's LeaderLatch and Kubernetes' leaderelection
+// for fleets that already run coordkit's locks: a singleton job (one
+// instance sends the nightly report, one drains the outbox) wrapped in Run.
 //
 // # Algorithm
 //
 // A term is a hold of the election's key. Campaign obtains the key with an
 // owner of its own, "<identity>#<random>", and blocks in the lock's queue
-// (notified, not polled, on every backend) until it holds it. The term
-// lasts until Resign (which releases the key, so the next campaigner leads
-// at once) or until the lease is lost (its renewal failed past the TTL, the
-// key was deleted, the ZooKeeper session expired): Term.Done closes, and
-// Term.Err says why. Run loops: campaign, run the function with a ctx that
+// (notified, not polled, on every backend but sqllock's lease table, whose
+// waiters poll) until it holds it. The term lasts until Resign (which
+// releases the key, so the next campaigner leads at once) or until the
+// lease is lost (its renewal failed past the TTL, the key was deleted, the
+// ZooKeeper session expired, the database session that held a SQL session
+// lock ended): Term.Done closes, and Term.Err says why. Run loops: campaign, run the function with a ctx that
 // is cancelled when the term ends (its cause is the loss), resign, wait
 // the retry period, campaign again.
 //
-// Leader asks the locker who holds the key (lock.Client, redlock.Client
-// and zklock.Client have a Holder method: on Redis the hold's owner field,
-// on Redlock the owner on a quorum of masters, on ZooKeeper the lock node's
-// data) and returns the identity part of the owner; Observe and Run's
-// OnNewLeader callback poll it every observe period.
+// Leader asks the locker who holds the key (lock.Client, redlock.Client,
+// zklock.Client and sqllock.Client have a Holder method: on Redis the
+// hold's owner field, on Redlock the owner on a quorum of masters, on
+// ZooKeeper the lock node's data, on SQL the owner column of the lock's
+// fencing row or lease row) and returns the identity part of the owner;
+// Observe and Run's OnNewLeader callback poll it every observe period.
 //
 // # Guarantees
 //
@@ -29,7 +32,10 @@
 //     goes: a term ends (Done closes) no later than the lock reports its
 //     lease lost, which each backend bounds (lock: within the TTL of the
 //     last renewal; redlock: within TTL − drift; zklock: within the
-//     session's window). Two instances can both believe they lead only
+//     session's window; sqllock: a session lock at the next check, TTL/3,
+//     after its session ended, and within the TTL of the last check when
+//     the database cannot be reached; the lease table within the TTL of
+//     the last renewal). Two instances can both believe they lead only
 //     while a paused or cut-off leader has not yet seen Done: exactly the
 //     window in which its lock could be held by another.
 //   - Term tokens are the lock's fencing tokens: every term's is larger than
@@ -42,6 +48,8 @@
 // # When not to use it
 //
 // Not with lock.Simple (no notified waiting, and no Holder, so no Leader).
+// Not with sqllock's session locks behind a pooler that multiplexes
+// sessions (PgBouncer in transaction mode): use its lease table there.
 // Not for leaders that must hand over in less than the lock's TTL after a
 // crash: a leader that dies without resigning keeps the key until its
 // lease expires.

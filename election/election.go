@@ -29,7 +29,7 @@ var (
 const ownerSep = "#"
 
 // Holder is what a locker offers for Leader and Observe: lock.Client,
-// redlock.Client and zklock.Client have it.
+// redlock.Client, zklock.Client and sqllock.Client have it.
 type Holder interface {
 	Holder(ctx context.Context, key string) (owner string, token int64, err error)
 }

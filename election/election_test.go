@@ -24,6 +24,8 @@ var (
 	single  *testserver.Redis
 	masters []*testserver.Redis
 	zkSrv   *testserver.ZooKeeper
+	maria   *testserver.MariaDB
+	pg      *testserver.Postgres
 )
 
 type serverRun struct{ m *testing.M }
@@ -49,6 +51,20 @@ func (r serverRun) Run() int {
 		return 1
 	}
 	defer zkSrv.Close()
+	if maria, err = testserver.NewMariaDB(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer maria.Close()
+	if pg, err = testserver.NewPostgres(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pg.Close()
+	if err := createSQLTables(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	os.Setenv("REDIS_ADDR", single.Addr())
 	return r.m.Run()
 }
@@ -72,7 +88,7 @@ type backend struct {
 }
 
 func backends() []backend {
-	return []backend{
+	return append([]backend{
 		{"lock", func(t *testing.T) client {
 			rdb := single.NewClient()
 			c := lock.New(rdb)
@@ -103,7 +119,7 @@ func backends() []backend {
 			t.Cleanup(func() { z.Close() })
 			return z
 		}},
-	}
+	}, sqlBackends()...)
 }
 
 // zkClient is a zklock client with its own session, which its Close ends

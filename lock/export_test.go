@@ -13,5 +13,8 @@ func Scripts() map[string]*redis.Script {
 	all["simple_obtain.lua"] = simpleObtainScript
 	all["simple_release.lua"] = simpleReleaseScript
 	all["simple_renew.lua"] = simpleRenewScript
+	all["rw_acquire.lua"] = rwAcquireScript
+	all["rw_release.lua"] = rwReleaseScript
+	all["rw_renew.lua"] = rwRenewScript
 	return all
 }

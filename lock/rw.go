@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,10 +38,13 @@ type RWLocker interface {
 // {key}:
 //
 //	P rw:{key}        hash    "w" writer owner, "wc" its count, "we" its expiry
-//	                          (server ms), "t" its fencing token, "r:<owner>" a reader's count
+//	                          (server ms), "t" its fencing token, "wl" its levels
+//	                          (",<call id>,…,"), "r:<owner>" a reader's count,
+//	                          "rl:<owner>" its levels
 //	P rw:{key}:r      zset    reader owner -> expiry (server ms)
 //	P rw:{key}:ww     zset    waiting writer -> deadline (server ms)
 //	P rw:{key}:fence  string  fencing counter; never deleted
+//	P rw:{key}:x:<id> string  a release's answer, kept for the release window
 //	P rw:{key}:ch     channel a message when the lock becomes free for others
 //
 // Acquire, release and renew are one Lua script each (lua/rw_*.lua). Policy:
@@ -58,17 +63,26 @@ type RWLocker interface {
 // waiting reader at once (they all may enter), and the last read release
 // wakes the writers, who race for it.
 //
-// Not yet safe against a lost reply that go-redis sends again (unlike
-// Client, whose scripts record each call): an acquisition run twice counts
-// one level twice (the hold then ends at its TTL, after the last release,
-// not at it), and a release run twice drops two levels, which frees the
-// lock early if its owner had re-entered it. Build RW's Redis client with
-// MaxRetries: -1 where re-entry is used, or do not re-enter.
+// Each call is safe to resend (go-redis sends a command again after a
+// network error on the read, MaxRetries 3 by default, when Redis may have
+// run it already): an acquisition records its call's id with the level it
+// takes (the "wl" / "rl:<owner>" fields), so that the same call run again
+// answers as the first run did and takes no second level; a release drops
+// only its own level and keeps its answer for the release window
+// (WithReleaseWindow) under P rw:{key}:x:<level id>, so that a resend
+// neither drops a second level nor reports ErrNotHeld for a hold it
+// released; a renewal renews only the hold its level belongs to. A lease
+// whose hold was lost (expired, deleted) and taken again by the same owner
+// no longer matches a level: its renewal reports it lost, and its Release
+// answers ErrNotHeld without touching the new hold. A downgrade is a read
+// acquisition by the writer, recorded the same way.
 type RW struct {
 	rdb redis.UniversalClient
 	o   clientOptions
 	obs observe.Lock
 	err error
+	id  string        // this RW's id: its calls are "<id>.<n>"
+	seq atomic.Uint64 // numbers the calls
 
 	mu      sync.Mutex
 	closed  bool
@@ -83,7 +97,7 @@ var _ RWLocker = (*RW)(nil)
 
 // NewRW returns a read-write lock client on rdb, which it does not close.
 // Options that apply: WithPrefix, WithDefaultTTL, WithWaiterTimeout,
-// WithMetrics, WithMetricsKey, WithLogger, WithClock. Like New it returns
+// WithReleaseWindow, WithMetrics, WithMetricsKey, WithLogger, WithClock. Like New it returns
 // an RW even for invalid arguments: Err reports them.
 func NewRW(rdb redis.UniversalClient, opts ...ClientOption) *RW {
 	o := defaultClientOptions()
@@ -92,7 +106,7 @@ func NewRW(rdb redis.UniversalClient, opts ...ClientOption) *RW {
 			opt(&o)
 		}
 	}
-	rw := &RW{rdb: rdb, o: o, waiters: map[string]map[chan struct{}]struct{}{},
+	rw := &RW{rdb: rdb, o: o, id: NewOwner(), waiters: map[string]map[chan struct{}]struct{}{},
 		leases: map[*rwLease]struct{}{}, quit: make(chan struct{})}
 	rw.obs = observe.NewLock("coordkit/lock.RW", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	rw.err = checkClient(rdb, &o)
@@ -162,6 +176,9 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 	if wait && mode == "w" {
 		waiter = owner + "|" + NewOwner()
 	}
+	// The call's id, sent with every attempt: the level the successful
+	// attempt takes, so that the attempt resent after a lost reply finds it.
+	level := rw.id + "." + strconv.FormatUint(rw.seq.Add(1), 10)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -171,7 +188,7 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 	for attempt := 1; ; attempt++ {
 		sent := rw.o.now()
 		res, err := rwAcquireScript.Run(ctx, rw.rdb, keys[:4], mode, owner, o.TTL.Milliseconds(), waiter,
-			rw.o.waiterTimeout.Milliseconds()).Int64Slice()
+			rw.o.waiterTimeout.Milliseconds(), level).Int64Slice()
 		if err != nil {
 			if strings.Contains(err.Error(), "RW_UPGRADE") {
 				return nil, fmt.Errorf("%w: %q", ErrUpgrade, key)
@@ -182,7 +199,7 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 			return nil, fmt.Errorf("lock: rw %s acquire %q: %w", mode, key, err)
 		}
 		if len(res) >= 2 && res[0] == 1 {
-			return rw.newLease(mode, key, keys, owner, res[1], o, sent), nil
+			return rw.newLease(mode, key, keys, owner, level, res[1], o, sent), nil
 		}
 		if !wait {
 			return nil, ErrNotObtained
@@ -304,6 +321,7 @@ type rwLease struct {
 	key   string
 	keys  []string
 	owner string
+	level string // the id of the call that took this level
 	token int64
 	since time.Time
 	wd    *watchdog.Watchdog
@@ -311,8 +329,8 @@ type rwLease struct {
 	released bool // protected by rw.mu
 }
 
-func (rw *RW) newLease(mode, key string, keys []string, owner string, token int64, o obtainOptions, sent time.Time) *rwLease {
-	l := &rwLease{rw: rw, mode: mode, key: key, keys: keys, owner: owner, token: token, since: sent}
+func (rw *RW) newLease(mode, key string, keys []string, owner, level string, token int64, o obtainOptions, sent time.Time) *rwLease {
+	l := &rwLease{rw: rw, mode: mode, key: key, keys: keys, owner: owner, level: level, token: token, since: sent}
 	ttl := o.TTL.Milliseconds()
 	wd, err := watchdog.Start(watchdog.Config{
 		TTL:         o.TTL,
@@ -321,7 +339,7 @@ func (rw *RW) newLease(mode, key string, keys []string, owner string, token int6
 		Now:         rw.o.now,
 		Observer:    rwEvents{l},
 		Renew: func(ctx context.Context) error {
-			n, err := rwRenewScript.Run(ctx, rw.rdb, keys[:2], mode, owner, ttl).Int64()
+			n, err := rwRenewScript.Run(ctx, rw.rdb, keys[:2], mode, owner, ttl, level).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: rw renew %q: %w", key, err)
@@ -383,7 +401,8 @@ func (l *rwLease) release(ctx context.Context) error {
 	if rw.o.metrics != nil {
 		rw.obs.Held(l.key, rw.o.now().Sub(l.since))
 	}
-	n, err := rwReleaseScript.Run(ctx, rw.rdb, l.keys[:2], l.mode, l.owner, l.keys[4]).Int64()
+	n, err := rwReleaseScript.Run(ctx, rw.rdb, []string{l.keys[0], l.keys[1], l.keys[0] + ":x:" + l.level},
+		l.mode, l.owner, l.keys[4], l.level, rw.o.releaseWindow.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("lock: rw release %q: %w (the hold expires after its TTL)", l.key, err)
 	}

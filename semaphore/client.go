@@ -32,12 +32,16 @@ var (
 	leaveLua string
 	//go:embed lua/setlimit.lua
 	setLimitLua string
+	//go:embed lua/grant.lua
+	grantLua string
 
+	// release, leave and setlimit hand freed permits over with grant.lua's
+	// helpers, joined in front of each.
 	acquireScript  = redis.NewScript(acquireLua)
-	releaseScript  = redis.NewScript(releaseLua)
+	releaseScript  = redis.NewScript(grantLua + releaseLua)
 	renewScript    = redis.NewScript(renewLua)
-	leaveScript    = redis.NewScript(leaveLua)
-	setLimitScript = redis.NewScript(setLimitLua)
+	leaveScript    = redis.NewScript(grantLua + leaveLua)
+	setLimitScript = redis.NewScript(grantLua + setLimitLua)
 )
 
 // Defaults of the options.
@@ -116,7 +120,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	closed  bool
-	waiters map[string]chan struct{}
+	waiters map[string]chan int64 // by permit id: a wake-up (0) or a grant's token
 	permits map[*Permit]struct{}
 	ps      *redis.PubSub
 	psReady chan struct{} // closed once ps is subscribed (or failed: psErr)
@@ -137,7 +141,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		}
 	}
 	c := &Client{rdb: rdb, o: o, id: strings.ReplaceAll(uuid.NewString(), "-", ""),
-		quit: make(chan struct{}), waiters: map[string]chan struct{}{}, permits: map[*Permit]struct{}{}}
+		quit: make(chan struct{}), waiters: map[string]chan int64{}, permits: map[*Permit]struct{}{}}
 	c.wake = o.prefix + "wake:" + c.id
 	c.obs = observe.NewLock("coordkit/semaphore", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	switch {
@@ -173,6 +177,12 @@ func (c *Client) keys(name string) []string {
 // again after a lost reply within it is answered as the first run was.
 const releaseWindow = 10 * time.Second
 
+// grantTTL is how long a release holds a permit for a queued waiter whose
+// permit TTL is ttl (grant.lua): at most the waiter timeout, so that a
+// waiter that vanished keeps a granted permit no longer than it would
+// keep its place in the queue. Its watchdog renews it to ttl.
+func (c *Client) grantTTL(ttl time.Duration) time.Duration { return min(ttl, c.o.waiterTimeout) }
+
 func (c *Client) check(name string) error {
 	switch {
 	case c.err != nil:
@@ -197,9 +207,12 @@ func (c *Client) TryObtain(ctx context.Context, name string, opts ...lock.Option
 
 // Acquire blocks until it holds a permit of the semaphore name, ctx ends
 // (an error matching lock.ErrNotObtained and ctx's error) or the client is
-// closed (ErrClosed). Waiters are served in arrival order and woken by the
-// release that frees a permit for them (a message on their client's one
-// Pub/Sub channel), or by the expiry of a permit, whichever comes first.
+// closed (ErrClosed). Waiters are served in arrival order: a release hands
+// its permit to the first waiter in the same script and tells it so (a
+// message on its client's one Pub/Sub channel, with the permit's token),
+// and the waiter holds it without another round trip; a waiter also calls
+// again when a permit may expire, and then takes what was granted or
+// freed.
 // The option that applies is lock.WithTTL. A permit is not reentrant: an
 // owner that holds one and acquires again takes a second.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...lock.Option) (*Permit, error) {
@@ -233,7 +246,7 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		return nil, fmt.Errorf("%w: semaphore: TTL %v below %v", lock.ErrInvalid, ttl, watchdog.MinTTL)
 	}
 	id := c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
-	var woken chan struct{}
+	var woken chan int64
 	if wait {
 		if err := c.subscribe(ctx); err != nil {
 			return nil, err
@@ -245,9 +258,10 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		defer c.unregister(id)
 	}
 	keys := c.keys(name)
-	argWait := "0"
+	argWait, argGrant := "0", ""
+	grant := c.grantTTL(ttl)
 	if wait {
-		argWait = "1"
+		argWait, argGrant = "1", strconv.FormatInt(grant.Milliseconds(), 10)
 	}
 	var timer *time.Timer
 	defer func() {
@@ -255,14 +269,16 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 			timer.Stop()
 		}
 	}()
-	queued := false
 	for {
 		sent := time.Now()
 		res, err := acquireScript.Run(ctx, c.rdb, keys, id, ttl.Milliseconds(), c.o.permits, argWait,
-			c.o.waiterTimeout.Milliseconds()).Int64Slice()
+			c.o.waiterTimeout.Milliseconds(), argGrant).Int64Slice()
 		if err != nil {
-			if queued {
-				c.leave(ctx, keys, id)
+			// The attempt may have run (its reply lost for good) and queued
+			// the waiter, or taken a permit granted to it: leave gives
+			// both back rather than let them wait for their deadlines.
+			if wait {
+				c.leave(context.WithoutCancel(ctx), keys, id, argGrant)
 			}
 			if ctx.Err() != nil {
 				return nil, errors.Join(lock.ErrNotObtained, ctx.Err())
@@ -270,12 +286,15 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 			return nil, fmt.Errorf("semaphore: acquire %q: %w", name, err)
 		}
 		if len(res) >= 2 && res[0] == 1 {
-			return c.newPermit(name, keys, id, res[1], ttl, o.MaxHold, sent), nil
+			return c.newPermit(name, keys, id, res[1], ttl, 0, o.MaxHold, sent), nil
 		}
 		if !wait {
 			return nil, ErrNoPermit
 		}
-		queued = len(res) >= 3 && res[2] == 1
+		var fence int64 // a grant made after this attempt has a larger token
+		if len(res) >= 4 {
+			fence = res[3]
+		}
 		d := c.o.waiterTimeout / 3 // call in before the waiter is skipped
 		if len(res) >= 2 && res[1] >= 0 {
 			d = min(d, time.Duration(res[1])*time.Millisecond+time.Millisecond)
@@ -286,30 +305,43 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 			timer.Reset(d)
 		}
 		select {
-		case <-woken:
+		case token := <-woken:
+			// A grant made after this attempt (the counter was fence then)
+			// holds the permit for grant from the grant on, hence from
+			// sent on at least. A late message, or one past that: the next
+			// attempt finds out and takes what was granted.
+			if token > fence && time.Now().Before(sent.Add(grant)) {
+				return c.newPermit(name, keys, id, token, ttl, grant, o.MaxHold, sent), nil
+			}
 		case <-timer.C:
 		case <-c.quit:
-			c.leave(context.WithoutCancel(ctx), keys, id)
+			c.leave(context.WithoutCancel(ctx), keys, id, argGrant)
 			return nil, ErrClosed
 		case <-ctx.Done():
-			c.leave(context.WithoutCancel(ctx), keys, id)
+			c.leave(context.WithoutCancel(ctx), keys, id, argGrant)
 			return nil, errors.Join(lock.ErrNotObtained, ctx.Err())
 		}
 	}
 }
 
-// leave takes a waiter out of the queue (best effort: a waiter that does
-// not call in is skipped after the waiter timeout anyway).
-func (c *Client) leave(ctx context.Context, keys []string, id string) {
+// leave takes a waiter out of the queue and gives back a permit granted
+// to it (best effort: a waiter that does not call in is skipped after the
+// waiter timeout anyway, and a grant expires after the grant TTL).
+func (c *Client) leave(ctx context.Context, keys []string, id, grant string) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if err := leaveScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4]}, id, c.o.permits, c.o.prefix+"wake:").Err(); err != nil {
+	entry := id
+	if grant != "" {
+		entry = id + "|" + grant
+	}
+	if err := leaveScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4], keys[5], keys[1]},
+		id, c.o.permits, c.o.prefix+"wake:", entry).Err(); err != nil {
 		c.obs.Debug("semaphore: leave failed", "waiter", id, "err", err)
 	}
 }
 
 // SetPermits sets N, the number of permits of name, for every client. A
-// larger N wakes waiters at once; a smaller one takes effect as permits
+// larger N hands the new permits to waiters at once; a smaller one takes effect as permits
 // come back (holders keep theirs).
 func (c *Client) SetPermits(ctx context.Context, name string, n int) error {
 	if err := c.check(name); err != nil {
@@ -319,7 +351,7 @@ func (c *Client) SetPermits(ctx context.Context, name string, n int) error {
 		return fmt.Errorf("%w: semaphore: %d permits", lock.ErrInvalid, n)
 	}
 	keys := c.keys(name)
-	return setLimitScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4]}, n, c.o.prefix+"wake:").Err()
+	return setLimitScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4], keys[5], keys[1]}, n, c.o.prefix+"wake:").Err()
 }
 
 // Usage returns name's N (SetPermits', or this client's default) and the
@@ -348,13 +380,13 @@ func (c *Client) Usage(ctx context.Context, name string) (permits, held int, err
 
 // register records a waiter before its first attempt, so that no wake-up
 // is missed.
-func (c *Client) register(id string) (chan struct{}, error) {
+func (c *Client) register(id string) (chan int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
-	ch := make(chan struct{}, 1)
+	ch := make(chan int64, 1)
 	c.waiters[id] = ch
 	return ch, nil
 }
@@ -407,15 +439,7 @@ func (c *Client) subscribe(ctx context.Context) error {
 		go func() { // owned by the client: Close closes ps, which ends ch
 			defer close(c.psDone)
 			for m := range ch {
-				c.mu.Lock()
-				w := c.waiters[m.Payload]
-				c.mu.Unlock()
-				if w != nil {
-					select {
-					case w <- struct{}{}:
-					default:
-					}
-				}
+				c.deliver(m.Payload)
 			}
 		}()
 	}
@@ -427,6 +451,41 @@ func (c *Client) subscribe(ctx context.Context) error {
 	c.mu.Unlock()
 	close(ready)
 	return err
+}
+
+// deliver passes a message of the client's channel to the local waiter it
+// names, if it still waits: "<id>" wakes it, "<id>|<token>" tells it a
+// release granted it a permit with that fencing token.
+func (c *Client) deliver(msg string) {
+	id, tok, granted := strings.Cut(msg, "|")
+	var token int64
+	if granted {
+		t, err := strconv.ParseInt(tok, 10, 64)
+		if err != nil || t <= 0 {
+			return // not ours; the waiter's next attempt finds out
+		}
+		token = t
+	}
+	c.mu.Lock()
+	ch := c.waiters[id]
+	c.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- token:
+	default: // woken already; a grant replaces a plain wake-up
+		if token > 0 {
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- token:
+			default:
+			}
+		}
+	}
 }
 
 // Close stops the client: waiting calls return ErrClosed, held permits

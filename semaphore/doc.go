@@ -16,11 +16,12 @@
 //	P{name}           zset    permit id -> expiry (Redis server time, ms)
 //	P{name}:fence     string  fencing counter; never deleted
 //	P{name}:limit     string  N, when SetPermits set it (else each client's WithPermits)
-//	P{name}:q         list    queued waiters in arrival order: "<client id>:<n>"
-//	P{name}:qt        zset    waiter -> deadline (server ms)
+//	P{name}:q         list    queued waiters in arrival order: "<client id>:<n>|<grant ms>"
+//	P{name}:qt        zset    waiter (its queue entry) -> deadline (server ms)
 //	P{name}:tok       hash    permit id -> its fencing token
 //	P{name}:r:<id>    string  a release's marker, kept for 10 s
-//	P wake:<client>   channel one per Client; a message names one of its waiters
+//	P wake:<client>   channel one per Client; a message names one of its waiters,
+//	                          "<client id>:<n>|<token>" when it grants it a permit
 //
 // # Algorithm
 //
@@ -33,23 +34,35 @@
 // server time + TTL, and its fencing token is the larger of the counter + 1
 // and the server's clock in microseconds (so a counter restored from older
 // data cannot repeat a token, as in package lock). Otherwise the caller
-// queues (Acquire) and waits on its client's one Pub/Sub connection: a
-// release, a leave or a larger N publishes one message to each of the
-// first F live waiters (never to all of them: no herd), and a waiter also
-// calls again when the first permit may expire or a third of its waiter
-// timeout has passed (keeping its place). A watchdog renews each permit
-// every TTL/3; a renewal that finds the permit gone, or renewals that fail
-// past the TTL, lose it: Lost closes, lock.Do's ctx is cancelled.
+// queues (Acquire) and waits on its client's one Pub/Sub connection.
+//
+// A release hands its permit over in the same script, as package lock's
+// release grants the lock: if a live waiter is queued, the first one
+// becomes a holder at once (its permit id in the sorted set with a fresh
+// token, out of the queue) and one message to its client carries the
+// token; the waiter holds the permit from the message on, without another
+// round trip, and its watchdog renews it. A grant is held for the waiter's
+// grant TTL (min(TTL, waiter timeout), written in its queue entry): a
+// waiter that vanished keeps the permit no longer than that, then it comes
+// back like any expired permit. If the message is lost or late, the
+// waiter's next attempt (it calls again when the first permit may expire,
+// and every third of its waiter timeout, keeping its place) finds the
+// permit held for it and takes it. A waiter that gives up (leave) gives a
+// permit granted to it back; leave and a larger N hand free permits to the
+// first waiters the same way. A watchdog renews each permit every TTL/3; a
+// renewal that finds the permit gone, or renewals that fail past the TTL,
+// lose it: Lost closes, lock.Do's ctx is cancelled.
 //
 // A command whose reply was lost and that go-redis sent again runs twice:
-// an acquisition that finds the permit it took answers that permit and its
-// token again, and a release that finds its marker answers that it
-// released, as its first run did.
+// an acquisition that finds the permit it took (or was granted) answers
+// that permit and its token again, and a release that finds its marker
+// answers that it released, as its first run did, and grants nothing
+// again.
 //
 // # Guarantees
 //
-// At most N permits are held at any moment by Redis's clock, N being the
-// value at the moment of each acquisition (a smaller N takes effect as
+// At most N permits are held at any moment by Redis's clock, granted ones
+// included, N being the value at the moment of each acquisition or grant (a smaller N takes effect as
 // permits come back; a larger one at once). A holder learns of a permit
 // it no longer has no later than TTL after the send of its last successful
 // renewal, before Redis can give the permit to another (the expiry is

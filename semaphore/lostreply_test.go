@@ -78,3 +78,41 @@ func TestLostReplyRelease(t *testing.T) {
 		t.Fatalf("second Release: %v", err)
 	}
 }
+
+// TestLostReplyForGoodLeaves: a waiting acquisition whose reply is lost for
+// good (retries off) fails, but it ran and queued its waiter; the failed
+// call takes the waiter out again, so the next release does not grant the
+// permit to a call that already returned.
+func TestLostReplyForGoodLeaves(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Second)
+	name := newName(t)
+	holder := newClient(t, shared.Addr())
+	p, err := holder.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &testserver.ReplyLoser{}
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial, MaxRetries: -1})
+	for _, s := range semaphore.Scripts() {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := semaphore.New(rdb)
+	t.Cleanup(func() { c.Close(); rdb.Close() })
+	r.Arm(semaphore.Scripts()["acquire.lua"].Hash())
+	if _, err := c.Acquire(ctx, name); err == nil {
+		t.Fatal("Acquire succeeded although its reply was lost")
+	}
+	if r.Lost() == 0 {
+		t.Fatal("no reply was lost")
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := newClient(t, shared.Addr()).TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v, want the permit (no waiter left to grant it to)", err)
+	}
+	q.Release(ctx)
+}

@@ -29,10 +29,13 @@ var (
 	_ lock.LeaseStatus = (*Permit)(nil)
 )
 
-func (c *Client) newPermit(name string, keys []string, id string, token int64, ttl, maxHold time.Duration, sent time.Time) *Permit {
+// newPermit starts the watchdog of a permit that Redis holds from sent on
+// for first (a grant's TTL), or ttl if first is 0.
+func (c *Client) newPermit(name string, keys []string, id string, token int64, ttl, first, maxHold time.Duration, sent time.Time) *Permit {
 	p := &Permit{c: c, name: name, keys: keys, id: id, token: token, since: sent}
 	wd, err := watchdog.Start(watchdog.Config{
 		TTL:         ttl,
+		FirstTTL:    first,
 		MaxHold:     maxHold,
 		LastRenewed: sent,
 		Observer:    permitEvents{p},
@@ -103,7 +106,8 @@ func lostErr(err error) error {
 	return fmt.Errorf("%w: %w", lock.ErrLockLost, err)
 }
 
-// Release gives the permit back and wakes the waiter it frees a place for.
+// Release gives the permit back and hands it to the first waiter, if one
+// is queued.
 // It returns lock.ErrNotHeld if the permit had expired (or was released
 // before).
 func (p *Permit) Release(ctx context.Context) error {
@@ -128,7 +132,7 @@ func (p *Permit) release(ctx context.Context) error {
 	if c.o.metrics != nil {
 		c.obs.Held(p.name, time.Since(p.since))
 	}
-	keys := []string{p.keys[0], p.keys[2], p.keys[3], p.keys[4], p.keys[5], p.keys[0] + ":r:" + p.id}
+	keys := []string{p.keys[0], p.keys[2], p.keys[3], p.keys[4], p.keys[5], p.keys[0] + ":r:" + p.id, p.keys[1]}
 	n, err := releaseScript.Run(ctx, c.rdb, keys, p.id, c.o.permits, c.o.prefix+"wake:", releaseWindow.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("semaphore: release %q: %w (the permit expires after its TTL)", p.name, err)

@@ -1,0 +1,111 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/semaphore"
+)
+
+// semKeys returns the keys of a semaphore of the default prefix, in
+// acquire.lua's order: holders, fence, limit, queue, deadlines, tokens.
+func semKeys(name string) []string {
+	h := semaphore.DefaultPrefix + "{" + name + "}"
+	return []string{h, h + ":fence", h + ":limit", h + ":q", h + ":qt", h + ":tok"}
+}
+
+// queueDead queues a waiter as a client's Acquire does, for a process that
+// then vanishes: it never calls again, never reads its messages, never
+// leaves. Its grant TTL is grant, its waiter timeout 20 s (so that only
+// the grant's expiry can give its permit back).
+func queueDead(t *testing.T, ctx context.Context, rdb redis.Scripter, name, id string, grant time.Duration) {
+	t.Helper()
+	res, err := semaphore.Scripts()["acquire.lua"].Run(ctx, rdb, semKeys(name), id, 30_000, 1, "1", 20_000,
+		grant.Milliseconds()).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != 0 || res[2] != 1 {
+		t.Fatalf("the dead waiter's acquisition answered %v, want queued", res)
+	}
+}
+
+// TestGrantedDeadWaiterPermitReturns: a release hands its permit to the
+// first waiter at once; a waiter that vanished after queueing never takes
+// it, and the permit comes back when the grant expires (not after the
+// permit TTL), to the next waiter.
+func TestGrantedDeadWaiterPermitReturns(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	name := newName(t)
+	holder := newClient(t, shared.Addr())
+	p, err := holder.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := shared.Client(t)
+	const grant = 400 * time.Millisecond
+	queueDead(t, ctx, rdb, name, "deadclient:1", grant)
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The release granted the permit to the dead waiter: held, not free.
+	if _, err := rdb.ZScore(ctx, semKeys(name)[0], "deadclient:1").Result(); err != nil {
+		t.Fatalf("the first waiter's permit after the release: %v, want granted", err)
+	}
+	if q, _ := rdb.LLen(ctx, semKeys(name)[3]).Result(); q != 0 {
+		t.Fatalf("%d waiters queued after the grant, want 0", q)
+	}
+	other := newClient(t, shared.Addr())
+	if _, err := other.TryAcquire(ctx, name); !errors.Is(err, semaphore.ErrNoPermit) {
+		t.Fatalf("TryAcquire while the permit is granted: %v, want ErrNoPermit", err)
+	}
+	start := time.Now()
+	q, err := other.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := time.Since(start)
+	t.Logf("the dead waiter's permit came back after %v", d.Round(time.Millisecond))
+	if d > grant+time.Second {
+		t.Fatalf("the granted permit came back after %v, want about its grant TTL %v", d, grant)
+	}
+	if _, h, _ := other.Usage(ctx, name); h != 1 {
+		t.Fatalf("%d permits held, want 1", h)
+	}
+	if err := q.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaveGivesGrantBack: a waiter that leaves (its ctx ended) after a
+// release granted it the permit, before it took it, gives the permit back
+// at once, to the next waiter.
+func TestLeaveGivesGrantBack(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	name := newName(t)
+	holder := newClient(t, shared.Addr())
+	p, err := holder.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := shared.Client(t)
+	queueDead(t, ctx, rdb, name, "goneclient:1", 10*time.Second)
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k := semKeys(name)
+	err = semaphore.Scripts()["leave.lua"].Run(ctx, rdb, []string{k[0], k[2], k[3], k[4], k[5], k[1]},
+		"goneclient:1", 1, semaphore.DefaultPrefix+"wake:", "goneclient:1|10000").Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := newClient(t, shared.Addr()).TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire after the granted waiter left: %v, want the permit back", err)
+	}
+	q.Release(ctx)
+}
