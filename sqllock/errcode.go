@@ -5,13 +5,12 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"reflect"
+
+	"github.com/coordkit/coordkit/internal/sqlcode"
 )
 
-// Error codes this package reacts to. Drivers are not imported: a
-// PostgreSQL error is recognised by its SQLState() method (pgx's
-// *pgconn.PgError, lib/pq's via Get), a MySQL error by the Number field of
-// the driver's error struct (go-sql-driver's *mysql.MySQLError).
+// Error codes this package reacts to. Drivers are not imported: see
+// internal/sqlcode.
 const (
 	mysqlLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	mysqlDeadlock        = 1213 // ER_LOCK_DEADLOCK
@@ -24,48 +23,7 @@ const (
 
 // codes returns the MySQL error number and the SQLSTATE of the first error
 // in err's chain that carries either.
-func codes(err error) (number int, state string) {
-	for _, e := range chain(err) {
-		if s, ok := e.(interface{ SQLState() string }); ok {
-			return 0, s.SQLState()
-		}
-		v := reflect.ValueOf(e)
-		if v.Kind() == reflect.Pointer && !v.IsNil() {
-			v = v.Elem()
-		}
-		if v.Kind() != reflect.Struct {
-			continue
-		}
-		if f := v.FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
-			return int(f.Uint()), ""
-		}
-	}
-	return 0, ""
-}
-
-// chain lists err and every error it wraps, depth first.
-func chain(err error) []error {
-	var out []error
-	var walk func(error)
-	walk = func(e error) {
-		for e != nil {
-			out = append(out, e)
-			switch u := e.(type) {
-			case interface{ Unwrap() []error }:
-				for _, x := range u.Unwrap() {
-					walk(x)
-				}
-				return
-			case interface{ Unwrap() error }:
-				e = u.Unwrap()
-			default:
-				return
-			}
-		}
-	}
-	walk(err)
-	return out
-}
+func codes(err error) (number int, state string) { return sqlcode.Codes(err) }
 
 // Retryable reports whether err is a transaction failure that running the
 // transaction again may cure: a deadlock (MySQL 1213, PostgreSQL 40P01), a
