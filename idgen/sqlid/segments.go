@@ -230,9 +230,12 @@ func (s *Segments) newSegment(tag string) *Segment {
 	g := &Segment{tag: tag, series: make([]series, len(s.stores))}
 	for i, st := range s.stores {
 		fetch := func(ctx context.Context, step, floor int64) (segbuf.Range, error) {
-			ctx, cancel := context.WithTimeout(ctx, s.o.fetchTimeout)
+			fctx, cancel := context.WithTimeout(ctx, s.o.fetchTimeout)
 			defer cancel()
-			r, err := st.fetch(ctx, tag, step, floor)
+			r, err := st.fetch(fctx, tag, step, floor)
+			if err != nil && ctx.Err() == nil && fctx.Err() != nil {
+				err = fmt.Errorf("%w (no answer within the fetch timeout, %v)", err, s.o.fetchTimeout)
+			}
 			if err == nil && r.RolledBack {
 				s.obs.Warn("max_id behind the IDs this process issued (database restored from an older backup?): raised it",
 					"tag", tag, "table", st.table, "floor", floor)
