@@ -89,6 +89,7 @@ const (
 	mysqlDupKey     = 1062 // ER_DUP_ENTRY
 	mysqlOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE
 	mysqlWarnRange  = 1264 // ER_WARN_DATA_OUT_OF_RANGE (strict mode)
+	mysqlDeadlock   = 1213 // ER_LOCK_DEADLOCK
 
 	pgNoTable    = "42P01" // undefined_table
 	pgUnique     = "23505" // unique_violation
@@ -109,4 +110,9 @@ func isDupKey(err error) bool {
 func isOutOfRange(err error) bool {
 	n, s := sqlcode.Codes(err)
 	return n == mysqlOutOfRange || n == mysqlWarnRange || s == pgOutOfRange || s == pgSeqLimit
+}
+
+func isDeadlock(err error) bool {
+	n, _ := sqlcode.Codes(err)
+	return n == mysqlDeadlock
 }
