@@ -212,9 +212,6 @@ func NewBuffer(cfg Config, spawn func(func(context.Context)) bool) *Buffer {
 	return &Buffer{cfg: cfg, spawn: spawn, step: cfg.Step, minStep: cfg.MinStep}
 }
 
-// Tag returns the buffer's tag.
-func (b *Buffer) Tag() string { return b.cfg.Tag }
-
 // Stats returns the buffer's counters.
 func (b *Buffer) Stats() idgen.SegmentStats {
 	b.mu.Lock()
@@ -291,17 +288,6 @@ func (b *Buffer) TryNext() (int64, bool) {
 		}
 		b.mu.Unlock()
 	}
-}
-
-// Ready reports whether an ID is in memory (in the current segment or the
-// next one), so that Next would not wait.
-func (b *Buffer) Ready() bool {
-	if s := b.cur.Load(); s != nil && s.taken.Load() < s.count {
-		return true
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.next != nil
 }
 
 // prefetch starts the fetch of the next segment unless one is ready or under way.
