@@ -31,6 +31,7 @@ import (
 	"github.com/coordkit/coordkit/election"
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/idgen/redisid"
+	"github.com/coordkit/coordkit/idgen/sqlid"
 	"github.com/coordkit/coordkit/idgen/workerid"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
@@ -45,6 +46,7 @@ var (
 	_ = redis.NewClient
 	_ = idgen.LayoutTwitter
 	_ = redisid.NewSegments
+	_ = sqlid.NewLeaf
 	_ = workerid.NewZK
 	_ = election.New
 	_ = lock.Do
