@@ -83,15 +83,13 @@ func (e *StoreError) Error() string { return fmt.Sprintf("sqlid: database %d: %v
 // Unwrap returns the database's error.
 func (e *StoreError) Unwrap() error { return e.Err }
 
-// Error codes this package reacts to (read by internal/sqlcode).
+// Error codes this package reacts to besides internal/sqldb's (read by
+// sqldb.Codes).
 const (
-	mysqlNoTable    = 1146 // ER_NO_SUCH_TABLE
 	mysqlDupKey     = 1062 // ER_DUP_ENTRY
 	mysqlOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE
 	mysqlWarnRange  = 1264 // ER_WARN_DATA_OUT_OF_RANGE (strict mode)
-	mysqlDeadlock   = 1213 // ER_LOCK_DEADLOCK
 
-	pgNoTable    = "42P01" // undefined_table
 	pgUnique     = "23505" // unique_violation
 	pgOutOfRange = "22003" // numeric_value_out_of_range
 	pgSeqLimit   = "2200H" // sequence_generator_limit_exceeded
@@ -99,7 +97,7 @@ const (
 
 func isNoTable(err error) bool {
 	n, s := sqldb.Codes(err)
-	return n == mysqlNoTable || s == pgNoTable
+	return n == sqldb.MySQLNoSuchTable || s == sqldb.PGUndefinedTable
 }
 
 func isDupKey(err error) bool {
@@ -114,5 +112,5 @@ func isOutOfRange(err error) bool {
 
 func isDeadlock(err error) bool {
 	n, _ := sqldb.Codes(err)
-	return n == mysqlDeadlock
+	return n == sqldb.MySQLDeadlock
 }
