@@ -116,6 +116,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	c.acquireKeys = 4 // without metadata acquire.lua needs no waiter-metadata hash
 	if o.meta != "" {
 		c.argMeta, c.acquireKeys = o.meta, 5
+		c.id = "m" + c.id // a grant to this client's waiters looks for their metadata (queue.lua)
 	}
 	c.err = checkClient(rdb, &o)
 	return c

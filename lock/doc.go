@@ -21,7 +21,7 @@
 //	P{key}:fence      string  fencing counter; no TTL, never deleted by a release
 //	P{key}:q          list    queued waiters, in arrival order: "<client id>:<n>|<grant ms>|<owner>"
 //	P{key}:qt         zset    waiter -> deadline (Redis server time, ms)
-//	P{key}:qtm        hash    waiter -> its client's holder metadata (WithHolderMeta), while queued
+//	P{key}:qtm        hash    waiter -> its client's holder metadata (WithHolderMeta; such a client's id starts with "m"), while queued
 //	P{key}:r:<id>     string  answer of the release of the level taken by call <id>, kept for the release window
 //	P wake:<client>   channel one per Client; a message names one of its waiters: "<client id>:<n>"
 //	                          (wake up and try) or "<client id>:<n>|<token>" (the lock is granted to you)

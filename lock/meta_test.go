@@ -239,3 +239,47 @@ func inspect(t *testing.T, c *lock.Client, key string) lock.Info {
 }
 
 var _ redis.UniversalClient = (*redis.Client)(nil)
+
+// TestHolderMetaGrantWithoutMeta: a release that grants the lock to the
+// waiter of a client without metadata reads no waiter metadata (no HGET in
+// INFO commandstats): the hot-key path costs what it did before
+// WithHolderMeta existed.
+func TestHolderMetaGrantWithoutMeta(t *testing.T) {
+	srv := testserverRedis(t)
+	admin := srv.Client(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	a := newClient(t, srv)
+	b := newClient(t, srv)
+	key := uniqueKey(t)
+	la := mustObtain(t, ctx, a, key)
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := b.Obtain(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitQueued(t, a, key, 1)
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := <-got
+	if lb == nil {
+		t.FailNow()
+	}
+	defer lb.Release(ctx)
+	s, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(s, "cmdstat_publish:calls=1,") {
+		t.Fatalf("the release did not grant the lock with one message:\n%s", s)
+	}
+	if strings.Contains(s, "cmdstat_hget:") {
+		t.Fatalf("a grant to a client without metadata read the waiter-metadata hash:\n%s", s)
+	}
+}

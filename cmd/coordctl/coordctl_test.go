@@ -226,7 +226,7 @@ func maskLock(s string) string {
 		`("(hold_token|fence|token)": )\d+`, "${1}N",
 		`\d+ ms`, "N ms",
 		`("(ttl_ms|expires_in_ms)": )\d+`, "${1}N",
-		`\b[0-9a-f]{32}:\d+`, "WAITER",
+		`\bm?[0-9a-f]{32}:\d+`, "WAITER",
 		`\b\d{10,}\b`, "N")
 }
 

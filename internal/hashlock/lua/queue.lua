@@ -57,7 +57,9 @@ local function pass(lock, fence, queue, deadlines, prefix, metas)
   redis.call('lpop', queue)
   redis.call('zrem', deadlines, w)
   -- WAITING: others may be queued behind (the release reads the queue).
-  local m = metas and redis.call('hget', metas, w)
+  -- Only a client with metadata ("m" first in its id, lock.WithHolderMeta)
+  -- keeps any: the others' grants cost no read.
+  local m = metas and string.byte(w, 1) == 109 and redis.call('hget', metas, w)
   if m then
     redis.call('hdel', metas, w)
     redis.call('hset', lock, owner, 1, GRANT, w, TOKEN, ts, LEVEL .. id, 1, WAITING, 1, META, m)
