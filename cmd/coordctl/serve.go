@@ -612,6 +612,9 @@ func (s *server) batchSize(w http.ResponseWriter, r *http.Request, optional bool
 // bufs holds response buffers: a batch of 100 IDs is about 2 KB.
 var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
+// idBufs holds the IDs of one request before they are written.
+var idBufs = sync.Pool{New: func() any { b := make([]int64, 0, 128); return &b }}
+
 var (
 	textPlain = []string{"text/plain; charset=utf-8"}
 	appJSON   = []string{"application/json"}
@@ -635,19 +638,21 @@ func (s *server) ids(w http.ResponseWriter, r *http.Request, n int, batch bool) 
 	js := wantsJSON(r)
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
+	ip := idBufs.Get().(*[]int64)
+	defer idBufs.Put(ip)
+	ids, err := t.seg.AppendNext(ctx, (*ip)[:0], n) // one atomic add per segment, not per ID
+	*ip = ids
+	if err != nil {
+		s.logLimited("segment:"+t.name, "no segment ID: Redis unavailable", "tag", t.name, "err", err)
+		s.fail(w, r, http.StatusServiceUnavailable, reasonUnavailable, "Redis unavailable: no ID left in memory for tag "+t.name)
+		return
+	}
 	buf := openIDs((*bp)[:0], js, batch)
-	var id int64
-	for i := range n {
-		var err error
-		if id, err = t.seg.Next(ctx); err != nil {
-			s.logLimited("segment:"+t.name, "no segment ID: Redis unavailable", "tag", t.name, "err", err)
-			s.fail(w, r, http.StatusServiceUnavailable, reasonUnavailable, "Redis unavailable: no ID left in memory for tag "+t.name)
-			return
-		}
+	for i, id := range ids {
 		buf = appendID(buf, id, js, i)
 	}
 	t.issued.Add(int64(n))
-	t.last.Store(id)
+	t.last.Store(ids[n-1])
 	s.m.issuedSegment.Add(int64(n))
 	*bp = closeIDs(buf, js, batch)
 	writeBody(w, *bp, js)

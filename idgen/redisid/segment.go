@@ -132,6 +132,18 @@ func (g *Segment) Key() string {
 // ErrClosed after Segments.Close.
 func (g *Segment) Next(ctx context.Context) (int64, error) { return g.buf.Next(ctx) }
 
+// AppendNext appends the next n IDs of the tag to dst, in increasing order,
+// as n calls of Next would return them, and returns it: one atomic add per
+// segment in memory instead of one per ID (coordctl serve's /ids uses it).
+// It waits and fails as Next does; on an error, dst holds the IDs drawn
+// before it, and they are spent. It does not allocate when dst has room.
+func (g *Segment) AppendNext(ctx context.Context, dst []int64, n int) ([]int64, error) {
+	if n < 0 {
+		return dst, fmt.Errorf("%w: AppendNext of %d IDs", ErrInvalid, n)
+	}
+	return g.buf.AppendN(ctx, dst, n)
+}
+
 // fetch reserves [first, first+step) with one INCRBY. If Redis answers a range
 // that reaches down to floor (it restarted from older data), it raises the
 // counter past floor with one script and takes the range above it.

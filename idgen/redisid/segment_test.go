@@ -448,3 +448,95 @@ func TestSegmentCtx(t *testing.T) {
 	}
 	r.Resume()
 }
+
+// TestSegmentAppendNext: batches drawn by 8 goroutines from two registries
+// on one tag, across many small segments, are each increasing, never
+// overlap, and count exactly what was asked; mixed with Next. A batch does
+// not allocate when dst has room; n of 0 draws nothing, a negative n is
+// refused.
+func TestSegmentAppendNext(t *testing.T) {
+	ctx := ctxT(t)
+	prefix := redisid.WithPrefix(uniqueKey(t) + ":")
+	var gens []*redisid.Segment
+	for range 2 {
+		s := newSegments(t, sharedClient(t), prefix, redisid.WithStep(50), redisid.WithStepBounds(50, 50))
+		g, err := s.For("batch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens = append(gens, g)
+	}
+	const workers, rounds = 8, 300
+	out := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := gens[w%2]
+			var buf []int64
+			for r := range rounds {
+				n := 1 + (w*rounds+r)%37
+				var err error
+				if buf, err = g.AppendNext(ctx, buf[:0], n); err != nil {
+					t.Error(err)
+					return
+				}
+				if len(buf) != n {
+					t.Errorf("AppendNext(%d) gave %d IDs", n, len(buf))
+					return
+				}
+				for i := 1; i < n; i++ {
+					if buf[i] <= buf[i-1] {
+						t.Errorf("batch not increasing: %v", buf)
+						return
+					}
+				}
+				out[w] = append(out[w], buf...)
+				id, err := g.Next(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				out[w] = append(out[w], id)
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[int64]bool{}
+	total := 0
+	for _, ids := range out {
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("ID %d drawn twice", id)
+			}
+			seen[id] = true
+		}
+		total += len(ids)
+	}
+	if st := gens[0].Stats(); st.Fetches < 10 {
+		t.Errorf("only %d fetches: the batches did not cross segments", st.Fetches)
+	}
+	t.Logf("%d IDs in batches of 1-37 and singles, no duplicate", total)
+
+	g := gens[0]
+	buf := make([]int64, 0, 100)
+	if got, err := g.AppendNext(ctx, buf, 0); err != nil || len(got) != 0 {
+		t.Fatalf("AppendNext(0) = %v, %v", got, err)
+	}
+	if _, err := g.AppendNext(ctx, buf, -1); !errors.Is(err, redisid.ErrInvalid) {
+		t.Fatalf("AppendNext(-1) = %v, want ErrInvalid", err)
+	}
+	big := newSegments(t, sharedClient(t), redisid.WithPrefix(uniqueKey(t)+":"),
+		redisid.WithStep(1_000_000), redisid.WithStepBounds(1_000_000, 1_000_000))
+	bg, _ := big.For("alloc")
+	for range 2000 { // past the prefetch point (15 %)
+		if _, err := bg.AppendNext(ctx, buf[:0], 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return bg.Stats().Fetches == 2 })
+	if n := testing.AllocsPerRun(1000, func() { bg.AppendNext(ctx, buf[:0], 100) }); n != 0 {
+		t.Errorf("AppendNext allocates %v times per call", n)
+	}
+}

@@ -262,6 +262,52 @@ func (b *Buffer) Next(ctx context.Context) (int64, error) {
 	}
 }
 
+// takeN draws up to k IDs from s with one atomic add and appends them to
+// dst: fewer (none) when s has fewer (none) left.
+func (b *Buffer) takeN(s *segment, k int64, dst []int64) []int64 {
+	n := s.taken.Add(k)
+	from := n - k // the IDs drawn are takes from+1 .. n
+	if from >= s.count {
+		return dst
+	}
+	to := min(n, s.count)
+	if m := b.cfg.Obs.Metrics; m != nil {
+		m.Issued(b.cfg.Tag, int(to-from))
+	}
+	if from < s.trigger && s.trigger <= to {
+		b.prefetch()
+	} else if to > s.trigger && to>>10 != from>>10 && b.pending.Load() {
+		runtime.Gosched() // as take does every 1 Ki IDs while the fetch is late
+	}
+	for i := from; i < to; i++ {
+		dst = append(dst, s.first+i*s.stride)
+	}
+	return dst
+}
+
+// AppendN appends the next n IDs to dst, in increasing order, and returns
+// it: Next n times, with one atomic add per segment drawn from. The IDs
+// are drawn in one run only from one segment: when the segment runs out on
+// the way, the rest come from the next one, as Next's would. On an error
+// (as Next's) it returns dst with the IDs drawn so far, which are spent.
+func (b *Buffer) AppendN(ctx context.Context, dst []int64, n int) ([]int64, error) {
+	for left := int64(n); left > 0; {
+		s := b.cur.Load()
+		if s != nil {
+			before := len(dst)
+			dst = b.takeN(s, left, dst)
+			if got := int64(len(dst) - before); got > 0 {
+				left -= got
+				continue
+			}
+		}
+		if err := b.advance(ctx, s); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
 // TryNext returns the next ID if one is in memory, and never waits: when
 // both segments are used up it starts a fetch (unless one is under way, or
 // the last one failed less than RetryDelay ago) and returns false.
