@@ -103,7 +103,7 @@ func NewPostgres(db *sql.DB, opts ...Option) (*Client, error) {
 // through connection poolers. NewLeaseTable does no I/O; it returns an
 // error wrapping ErrInvalid for a nil db, an unknown d or a bad option.
 func NewLeaseTable(db *sql.DB, d Dialect, opts ...Option) (*Client, error) {
-	if !d.valid() {
+	if !d.Valid() {
 		return nil, invalid("unknown dialect %v", d)
 	}
 	return newClient(db, d, kindLease, opts)

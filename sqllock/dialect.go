@@ -4,34 +4,24 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"strconv"
 	"strings"
+
+	"github.com/coordkit/coordkit/internal/sqldb"
 )
 
-// Dialect names the SQL a Client speaks. The zero Dialect is invalid.
-type Dialect int
+// Dialect names the SQL a Client speaks (the type of every SQL package of
+// coordkit: sqlid's and workerid's SQL leaser take the same values). The
+// zero Dialect is invalid.
+type Dialect = sqldb.Dialect
 
 const (
 	// MySQL is MySQL 8 and MariaDB 10.5 or later (GET_LOCK, INSERT ... ON
 	// DUPLICATE KEY UPDATE, LAST_INSERT_ID(expr), UTC_TIMESTAMP(6)).
-	MySQL Dialect = iota + 1
+	MySQL = sqldb.MySQL
 	// Postgres is PostgreSQL 12 or later (advisory locks, INSERT ... ON
 	// CONFLICT ... RETURNING, lock_timeout).
-	Postgres
+	Postgres = sqldb.Postgres
 )
-
-// String returns "mysql" or "postgres".
-func (d Dialect) String() string {
-	switch d {
-	case MySQL:
-		return "mysql"
-	case Postgres:
-		return "postgres"
-	}
-	return "Dialect(" + strconv.Itoa(int(d)) + ")"
-}
-
-func (d Dialect) valid() bool { return d == MySQL || d == Postgres }
 
 // mysqlLockNameLen is MySQL's limit on GET_LOCK names (MariaDB's is 192).
 const mysqlLockNameLen = 64

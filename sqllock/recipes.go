@@ -69,7 +69,7 @@ func (s Stock) Take(ctx context.Context, db Execer, id any, n int64) error {
 
 func (s Stock) check() error {
 	switch {
-	case !s.Dialect.valid():
+	case !s.Dialect.Valid():
 		return invalid("Stock with dialect %v", s.Dialect)
 	case !validTable(s.Table):
 		return invalid("table name %q", s.Table)
@@ -344,7 +344,7 @@ func (v Versioned) Update(ctx context.Context, db *sql.DB, id any,
 
 func (v Versioned) check() error {
 	switch {
-	case !v.Dialect.valid():
+	case !v.Dialect.Valid():
 		return invalid("Versioned with dialect %v", v.Dialect)
 	case !validTable(v.Table):
 		return invalid("table name %q", v.Table)

@@ -2,31 +2,20 @@ package sqlid
 
 import (
 	"regexp"
-	"strconv"
+
+	"github.com/coordkit/coordkit/internal/sqldb"
 )
 
-// Dialect names the SQL a generator speaks. The zero Dialect is invalid.
-type Dialect int
+// Dialect names the SQL a generator speaks: the Dialect of sqllock and workerid (one type
+// for every SQL package of coordkit). The zero Dialect is invalid.
+type Dialect = sqldb.Dialect
 
 const (
 	// MySQL is MySQL 8 and MariaDB 10.5 or later (InnoDB).
-	MySQL Dialect = iota + 1
+	MySQL = sqldb.MySQL
 	// Postgres is PostgreSQL 12 or later.
-	Postgres
+	Postgres = sqldb.Postgres
 )
-
-// String returns "mysql" or "postgres".
-func (d Dialect) String() string {
-	switch d {
-	case MySQL:
-		return "mysql"
-	case Postgres:
-		return "postgres"
-	}
-	return "Dialect(" + strconv.Itoa(int(d)) + ")"
-}
-
-func (d Dialect) valid() bool { return d == MySQL || d == Postgres }
 
 // identRE is what a table or sequence name may be: an identifier,
 // optionally qualified by a schema (database). Names are put into SQL as

@@ -82,7 +82,7 @@ func newSegments(k kind, table string, stores []Store, opts []Option) (*Segments
 		switch {
 		case st.DB == nil:
 			return nil, fmt.Errorf("%w: database %d: nil *sql.DB", ErrBadOption, i)
-		case !st.Dialect.valid():
+		case !st.Dialect.Valid():
 			return nil, fmt.Errorf("%w: database %d: %v", ErrBadOption, i, st.Dialect)
 		}
 		s.stores = append(s.stores, newStore(st.DB, st.Dialect, k, table))

@@ -67,7 +67,7 @@ func NewTickets(db *sql.DB, d Dialect, opts ...TicketOption) (*Tickets, error) {
 	switch {
 	case db == nil:
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrBadOption)
-	case !d.valid():
+	case !d.Valid():
 		return nil, fmt.Errorf("%w: %v", ErrBadOption, d)
 	case !identRE.MatchString(t.name):
 		return nil, fmt.Errorf("%w: ticket table name %q", ErrBadOption, t.name)
