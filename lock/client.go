@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/lockopt"
+	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/watchdog"
@@ -592,38 +593,15 @@ func (c *Client) removeWaiter(id string) {
 }
 
 // wake delivers a message of the client's channel to the local waiter it
-// names, if it still waits: "<id>" wakes it, "<id>|<token>" tells it a
-// release granted it the lock with that fencing token.
-func (c *Client) wake(msg string) {
-	id, tok, grant := strings.Cut(msg, "|")
-	var token int64
-	if grant {
-		t, err := strconv.ParseInt(tok, 10, 64)
-		if err != nil || t <= 0 {
-			return // not ours; the waiter's next attempt finds out
-		}
-		token = t
-	}
+// names, if it still waits (notify.Deliver): "<id>" wakes it,
+// "<id>|<token>" tells it a release granted it the lock with that token.
+func (c *Client) wake(msg string) { notify.Deliver(msg, c.waiterChan) }
+
+// waiterChan returns the channel of the local waiter with call id id, or nil.
+func (c *Client) waiterChan(id string) chan int64 {
 	c.mu.Lock()
-	ch := c.waiters[id]
-	c.mu.Unlock()
-	if ch == nil {
-		return
-	}
-	select {
-	case ch <- token:
-	default: // woken already; a grant replaces a plain wake-up
-		if token > 0 {
-			select {
-			case <-ch:
-			default:
-			}
-			select {
-			case ch <- token:
-			default:
-			}
-		}
-	}
+	defer c.mu.Unlock()
+	return c.waiters[id]
 }
 
 // subscribe makes sure the client's Pub/Sub connection is subscribed to its

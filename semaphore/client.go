@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/lockopt"
+	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
@@ -454,38 +455,15 @@ func (c *Client) subscribe(ctx context.Context) error {
 }
 
 // deliver passes a message of the client's channel to the local waiter it
-// names, if it still waits: "<id>" wakes it, "<id>|<token>" tells it a
-// release granted it a permit with that fencing token.
-func (c *Client) deliver(msg string) {
-	id, tok, granted := strings.Cut(msg, "|")
-	var token int64
-	if granted {
-		t, err := strconv.ParseInt(tok, 10, 64)
-		if err != nil || t <= 0 {
-			return // not ours; the waiter's next attempt finds out
-		}
-		token = t
-	}
+// names, if it still waits (notify.Deliver): "<id>" wakes it,
+// "<id>|<token>" tells it a release granted it a permit with that token.
+func (c *Client) deliver(msg string) { notify.Deliver(msg, c.waiterChan) }
+
+// waiterChan returns the channel of the local waiter id, or nil.
+func (c *Client) waiterChan(id string) chan int64 {
 	c.mu.Lock()
-	ch := c.waiters[id]
-	c.mu.Unlock()
-	if ch == nil {
-		return
-	}
-	select {
-	case ch <- token:
-	default: // woken already; a grant replaces a plain wake-up
-		if token > 0 {
-			select {
-			case <-ch:
-			default:
-			}
-			select {
-			case ch <- token:
-			default:
-			}
-		}
-	}
+	defer c.mu.Unlock()
+	return c.waiters[id]
 }
 
 // Close stops the client: waiting calls return ErrClosed, held permits

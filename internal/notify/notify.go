@@ -1,0 +1,46 @@
+// Package notify delivers the wake-up messages of a client's Pub/Sub
+// channel to its local waiters: the one format package lock and package
+// semaphore share. A message names one waiter: "<id>" wakes it (try
+// again), "<id>|<token>" tells it a release granted it the lock or a
+// permit, with that fencing token.
+package notify
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Deliver passes msg to the waiter it names, if find returns its channel
+// (nil: it no longer waits): a wake-up as 0, a grant as its token. The
+// channel has a buffer of one; a grant replaces a wake-up waiting there,
+// and a message that is not well formed is dropped (the waiter's next
+// attempt finds out what it missed).
+func Deliver(msg string, find func(id string) chan int64) {
+	id, tok, granted := strings.Cut(msg, "|")
+	var token int64
+	if granted {
+		t, err := strconv.ParseInt(tok, 10, 64)
+		if err != nil || t <= 0 {
+			return
+		}
+		token = t
+	}
+	ch := find(id)
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- token:
+	default: // woken already; a grant replaces a plain wake-up
+		if token > 0 {
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- token:
+			default:
+			}
+		}
+	}
+}
