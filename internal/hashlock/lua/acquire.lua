@@ -34,6 +34,18 @@ if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|'
 -- metas: the waiter-metadata hash, when this call has metadata to keep there.
 local metas = meta ~= '' and KEYS[5] or nil
 
+-- dequeue takes a waiter that now holds the lock out of the queue (one
+-- command when it was not queued) and returns whether it was queued. metas,
+-- if not nil, is the waiter-metadata hash that holds the waiter's entry.
+local function dequeue(queue, deadlines, waiter, metas)
+  if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
+    redis.call('lrem', queue, 1, waiter)
+    if metas then redis.call('hdel', metas, waiter) end
+    return true
+  end
+  return false
+end
+
 -- fresh makes the new hold of the free lock. others: waiters are queued
 -- behind it (it was a fair queue's live head).
 local function fresh(others)

@@ -1,13 +1,8 @@
--- fence: first in every script that takes or passes the lock (scripts.go
--- puts it in front of acquire, release, handoff, leave and force_release,
--- and queue.lua after it); the fencing token, the server clock and the
--- hash's reserved fields.
-
-local GRANT = '\0grant'
-
--- fail aborts the script with an error reply (from inside a helper, where
--- returning redis.error_reply would not end the script).
-local function fail(msg) error({err = msg}) end
+-- fence: the fencing token and the server clock, after fields.lua in
+-- every script that takes or passes the lock (scripts.go puts it in front
+-- of acquire, handoff, leave and force_release, and in release.lua where
+-- its common path ends, since defining these closures costs Redis time on
+-- every call; queue.lua follows it).
 
 local now
 -- time reads Redis server time once per script: the TIME reply, {seconds,
@@ -17,11 +12,6 @@ local function time()
   return now
 end
 
--- clock returns Redis server time in ms.
-local function clock()
-  local t = time()
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- new_token takes the next fencing token: the larger of the counter + 1 and
 -- the server's time in microseconds (or floor, if given: a caller that runs
@@ -59,7 +49,7 @@ local function new_token(fence, floor)
   local n = tonumber(c or 0)
   if not n then
     if SETGET then redis.call('set', fence, c) end -- put it back: the script fails having changed nothing
-    fail('lock: fencing counter ' .. fence .. ' is not a number')
+    error({err = 'lock: fencing counter ' .. fence .. ' is not a number'}) -- ends the script from inside a helper
   end
   if n + 1 <= f then
     if not SETGET then redis.call('set', fence, fs) end
@@ -69,38 +59,3 @@ local function new_token(fence, floor)
   redis.call('set', fence, ts)
   return n + 1, ts
 end
-
--- Reserved hash fields (owners may not start with a NUL byte):
---   TOKEN          the fencing token of the hold (set when it is created;
---                  re-entry answers it, renew and release check it)
---   LEVEL .. id    one per hold level: the id of the call that took it, "1"
---                  if that was the hold's fresh acquisition, "0" re-entry.
---                  A call sent again (its reply was lost and go-redis or
---                  the caller retried) finds its level and takes no other.
---   PREV           the id of the level a hand-off released to make this hold
---   META           the holder's metadata (lock.WithHolderMeta): set with
---                  the hold by a fresh acquisition, a hand-off, or a grant
---                  (from the waiter's entry in the waiter-metadata hash)
---   WAITING        "1": a waiter may be queued, so the outermost release
---                  looks at the queue (pass). Set by every waiter that
---                  queues while the hash exists, and on every hold made by
---                  a grant or taken by a waiter that was queued (others may
---                  be queued behind it); a release of a hash without it
---                  deletes the hash and reads no queue.
---                  (A waiter queued while no hash existed, after a holder's
---                  key expired, and not seen by the next holder's creation,
---                  tries again on its own timer, as after a lost message.)
-local TOKEN, LEVEL, PREV, WAITING, META = '\0t', '\0l:', '\0p', '\0w', '\0m'
-
--- dequeue takes a waiter that now holds the lock out of the queue (one
--- command when it was not queued) and returns whether it was queued. metas,
--- if not nil, is the waiter-metadata hash that holds the waiter's entry.
-local function dequeue(queue, deadlines, waiter, metas)
-  if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
-    redis.call('lrem', queue, 1, waiter)
-    if metas then redis.call('hdel', metas, waiter) end
-    return true
-  end
-  return false
-end
-

@@ -13,6 +13,12 @@
 -- the message, or, if the message is lost, from its next acquire.lua (which
 -- finds its entry under GRANT), or gives it back in leave.lua.
 
+-- clock returns Redis server time in ms.
+local function clock()
+  local t = time()
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 -- hold_token returns the fencing token of the hold in lock (a hash written
 -- before TOKEN existed: the counter's value).
 local function hold_token(lock, fence)
