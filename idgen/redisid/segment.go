@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/idgen/internal/segbuf"
 	"github.com/coordkit/coordkit/internal/observe"
-	"github.com/coordkit/coordkit/internal/segbuf"
 )
 
 // Segments hands out IDs for any number of tags from segments reserved in

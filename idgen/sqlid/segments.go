@@ -10,8 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/coordkit/coordkit/idgen"
+	"github.com/coordkit/coordkit/idgen/internal/segbuf"
 	"github.com/coordkit/coordkit/internal/observe"
-	"github.com/coordkit/coordkit/internal/segbuf"
 )
 
 // Generator is what every generator of this package implements: Next

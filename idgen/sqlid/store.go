@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/coordkit/coordkit/internal/segbuf"
+	"github.com/coordkit/coordkit/idgen/internal/segbuf"
 )
 
 // store is one database holding a segment table.
