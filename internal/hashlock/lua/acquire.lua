@@ -34,6 +34,17 @@ if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|'
 -- metas: the waiter-metadata hash, when this call has metadata to keep there.
 local metas = meta ~= '' and KEYS[5] or nil
 
+local held = redis.call('exists', lock) == 1
+-- The common case: a free lock outside fair mode. It runs before any
+-- function is defined: a closure that captures the script's locals costs
+-- Redis more time than some of the hold's commands (fresh.lua is inlined
+-- here and below for that reason; queue.lua goes at the mark).
+if not held and not fair then
+  local others = false
+  --#fresh
+end
+--#queue
+
 -- dequeue takes a waiter that now holds the lock out of the queue (one
 -- command when it was not queued) and returns whether it was queued. metas,
 -- if not nil, is the waiter-metadata hash that holds the waiter's entry.
@@ -45,35 +56,6 @@ local function dequeue(queue, deadlines, waiter, metas)
   end
   return false
 end
-
--- fresh makes the new hold of the free lock. others: waiters are queued
--- behind it (it was a fair queue's live head).
-local function fresh(others)
-  local t, ts = new_token(fence, floor) -- first: a corrupted counter fails before any write
-  if meta ~= '' then
-    if req ~= '' then
-      redis.call('hset', lock, owner, 1, TOKEN, ts, LEVEL .. req, 1, META, meta)
-    else
-      redis.call('hset', lock, owner, 1, TOKEN, ts, META, meta)
-    end
-  elseif req ~= '' then
-    redis.call('hset', lock, owner, 1, TOKEN, ts, LEVEL .. req, 1)
-  else
-    redis.call('hset', lock, owner, 1, TOKEN, ts)
-  end
-  redis.call('pexpire', lock, ttl)
-  -- Out of the queue: queued by an earlier attempt, or by this very call
-  -- if it ran before (its reply lost) while the lock was held.
-  -- A waiter that was queued (or the head of a fair queue) leaves others
-  -- behind it, who now wait on this hold.
-  if dequeue(queue, deadlines, waiter, metas) or others then redis.call('hset', lock, WAITING, 1) end
-  return {1, t, 1}
-end
-
-local held = redis.call('exists', lock) == 1
--- The common case, before queue.lua's helpers: a free lock outside fair mode.
-if not held and not fair then return fresh(false) end
---#queue
 
 local waiting = false -- the hash has WAITING
 if held then
@@ -104,7 +86,10 @@ if held then
 else
   -- Fair: free, and this waiter's turn unless the queue's live head is another.
   local first = head(queue, deadlines, KEYS[5])
-  if not first or first == waiter then return fresh(first) end
+  if not first or first == waiter then
+    local others = first ~= nil
+    --#fresh
+  end
 end
 
 -- Not obtained: queue (or refresh) the waiter, and say how long to wait.

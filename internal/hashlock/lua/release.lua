@@ -68,21 +68,21 @@ end
 -- passed to a waiter, who may take a token at once) a marker key does.
 -- (Incremented whatever it holds: a counter above the token, after a
 -- restore, stays increasing and a resend then answers "not held".)
--- record stores the answer after a release that freed the lock; passed:
--- whether it passed it to a waiter.
-local function record(passed)
-  if not passed and v[3] then
-    redis.call('incr', fence)
-  else
-    redis.call('set', marker, 0, 'px', markerTTL)
-  end
-  return 0
-end
 -- Without WAITING no waiter is queued: delete, and read no queue (the
--- common case, before queue.lua's helpers).
+-- common case, before queue.lua's helpers, and with no function of its own:
+-- a closure that captures the script's locals costs Redis time on every
+-- call).
 if not v[4] then
   redis.call('del', lock)
-  return record(false)
+  if v[3] then redis.call('incr', fence) else redis.call('set', marker, 0, 'px', markerTTL) end
+  return 0
 end
 --#queue
-return record(pass(lock, fence, queue, deadlines, prefix, KEYS[6]))
+-- pass deletes the hash either way. A hash without TOKEN (written by an
+-- older version) has no token to record in the counter: the marker.
+if pass(lock, fence, queue, deadlines, prefix, KEYS[6]) or not v[3] then
+  redis.call('set', marker, 0, 'px', markerTTL)
+else
+  redis.call('incr', fence)
+end
+return 0
