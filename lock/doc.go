@@ -216,7 +216,9 @@
 //     expires and another owner takes it; the old holder's Lost closes when
 //     the watchdog runs again (renewal answers "not held", or a whole TTL
 //     passed since the last successful renewal). Its later writes carry the
-//     older token.
+//     older token. If it releases first and Redis does not answer, the
+//     release reports the loss (ErrNotHeld, Lost closes): its deadline had
+//     passed by its own clock.
 //   - The answer to an acquisition is held up (a congested or half-open
 //     link, the process stopped while it waited) until after the TTL has
 //     run from the moment it was sent: Redis may have expired the hold and

@@ -176,7 +176,11 @@ func (h *hold) Lost(cause error) {
 // and never drops a second level. After such a failure of the outermost
 // level the hold is no longer renewed (as Redisson's unlock cancels its
 // renewal whatever the outcome): if no retry gets through, the lock expires
-// after its TTL.
+// after its TTL. A release that Redis does not answer after the hold's
+// deadline had passed (on this client's clock, as Until reports it; the
+// process was stopped or starved past it) reports the hold lost: Lost
+// closes and the error matches ErrNotHeld too, since another owner may hold
+// the lock by then.
 func (l *lease) Release(ctx context.Context) error {
 	err := l.release(ctx)
 	if l.c.o.metrics != nil {
@@ -199,16 +203,21 @@ func (l *lease) release(ctx context.Context) error {
 		l.releasing = false // a Release that failed may be called again
 		c.mu.Unlock()
 	}()
+	// Whether the hold's deadline had passed by this client's clock when the
+	// release began (the process was stopped or starved past it) with no
+	// loss reported yet: if Redis cannot answer, the hold is reported lost.
+	expired := !l.h.wd.Held() && l.h.wd.Err() == nil
 	if done, err := l.handoff(ctx); done {
 		if err != nil && !errors.Is(err, ErrNotHeld) {
 			l.abandon()
+			return l.unanswered(expired, err)
 		}
 		return err
 	}
 	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token).Int64()
 	if err != nil {
 		l.abandon()
-		return fmt.Errorf("lock: release %q: %w", l.key, err)
+		return l.unanswered(expired, fmt.Errorf("lock: release %q: %w", l.key, err))
 	}
 	if !l.end() { // a concurrent Release of this lease got there first
 		return ErrNotHeld
@@ -218,6 +227,23 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// unanswered is the error of a release that Redis did not answer (err).
+// If the hold's deadline had passed when the release began (expired), with
+// no loss reported yet, another owner may hold the lock already: the hold
+// is reported lost (Lost closes) and the error matches ErrNotHeld too,
+// instead of leaving the holder to believe that it may still hold it.
+func (l *lease) unanswered(expired bool, err error) error {
+	if !expired {
+		return err
+	}
+	l.h.wd.Lose(errDeadlinePassed)
+	return fmt.Errorf("%w: %q: the hold's deadline passed before its release: %w", ErrNotHeld, l.key, err)
+}
+
+// errDeadlinePassed is the cause of the loss of a hold whose deadline had
+// passed when its release began, with no report of the loss yet.
+var errDeadlinePassed = fmt.Errorf("%w: %w: its deadline passed before its release", ErrNotHeld, watchdog.ErrExpired)
 
 // abandon follows a release that failed with a Redis error: if l is its
 // hold's last level, the hold stops being renewed (the lock expires after

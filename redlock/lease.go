@@ -208,8 +208,14 @@ func (c *Client) renew(ctx context.Context, key, owner, level string, ttl time.D
 // Otherwise it returns an error joined with the masters' errors: matching
 // lock.ErrNotHeld when so many masters answered "not held" that no quorum
 // had the hold, and matching ErrNoQuorum when masters that did not answer in
-// time (or failed) leave it unconfirmed. An inner level
-// returns lock.ErrNotHeld if the lease was lost. Releasing a lease twice
+// time (or failed) leave it unconfirmed — unless the hold's deadline (its
+// validity on this client's clock, as Until reports it) had passed when the
+// release began, with no loss reported yet (the process was stopped or
+// starved past it): then another client may hold the lock already, the
+// hold is reported lost (Lost closes) and the error matches
+// lock.ErrNotHeld too, and no hand-off is made. An inner level returns
+// lock.ErrNotHeld if the lease was lost, or its deadline had passed (it is
+// then reported lost). Releasing a lease twice
 // returns lock.ErrNotHeld. A release is not retried: masters it did not
 // reach free the lock after the TTL.
 func (l *lease) Release(ctx context.Context) error {
@@ -222,6 +228,10 @@ func (l *lease) Release(ctx context.Context) error {
 
 func (l *lease) release(ctx context.Context) error {
 	c, h := l.c, l.h
+	// Whether the hold's deadline had passed by this client's clock when the
+	// release began: the process was stopped (or starved) past it, and the
+	// watchdog's goroutine has not run since to report the loss.
+	expired := !h.wd.Held() && h.wd.Err() == nil
 	c.mu.Lock()
 	if l.released {
 		c.mu.Unlock()
@@ -235,6 +245,9 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	if !last {
+		if expired {
+			h.wd.Lose(errDeadlinePassed)
+		}
 		if h.wd.Err() != nil {
 			return lock.ErrNotHeld
 		}
@@ -244,7 +257,7 @@ func (l *lease) release(ctx context.Context) error {
 	if c.o.metrics != nil {
 		c.obs.Held(h.k.key, c.o.now().Sub(h.since))
 	}
-	if ctx.Err() == nil && h.wd.Err() == nil {
+	if ctx.Err() == nil && h.wd.Err() == nil && !expired {
 		if lr := h.place.next(); lr != nil {
 			return c.handOff(ctx, h, lr)
 		}
@@ -279,8 +292,21 @@ func (l *lease) release(ctx context.Context) error {
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "release", Err: lock.ErrNotHeld})
 		}
 	}
-	return releaseResult(c, h.k.key, held, notHeld, errs)
+	err := releaseResult(c, h.k.key, held, notHeld, errs)
+	if err != nil && expired && !errors.Is(err, lock.ErrNotHeld) {
+		// Not confirmed by a quorum, after the deadline: another client
+		// may hold the lock already. The hold is lost; say so (Lost closes)
+		// instead of leaving the holder to believe it may still hold it.
+		h.wd.Lose(errDeadlinePassed)
+		return fmt.Errorf("%w: %q: the hold's deadline passed before its release: %w", lock.ErrNotHeld, h.k.key, err)
+	}
+	return err
 }
+
+// errDeadlinePassed is the cause of the loss of a hold whose deadline (its
+// validity, on the client's clock) had passed when its release began, with
+// no report of the loss yet: the process was stopped or starved past it.
+var errDeadlinePassed = fmt.Errorf("%w: %w: its deadline passed before its release", lock.ErrNotHeld, watchdog.ErrExpired)
 
 // releaseResult is a Release's answer from its round: nil when a quorum of
 // masters had the hold (and released it); lock.ErrNotHeld when so many
