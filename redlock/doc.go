@@ -158,18 +158,18 @@
 //
 // # Safety and liveness
 //
-// Mutual exclusion holds while a majority of the masters keep the lock's
-// keys, and while the holder's process, the network and the masters'
-// clocks agree on elapsed time within the drift: the lease is trusted for
-// TTL − elapsed − drift from the start of the acquisition (and of each
-// renewal), and Lost() closes when that runs out without a renewal. A
-// process paused for longer than that (GC, swap, SIGSTOP) may still act
-// after its lock expired: only the fencing token, checked by the protected
-// resource, stops it. When it resumes, it learns of the loss from Lost, or
-// from Release: a release begun after the deadline that no quorum confirms
-// reports the hold lost (lock.ErrNotHeld, Lost closes), and an inner
-// level's release begun after it does too. Key expiry follows each master's wall clock: a clock
-// jump on a master shortens or stretches its TTLs.
+// Mutual exclusion holds while a majority of the masters keep the lock's keys,
+// and while the holder's process, the network and the masters' clocks agree on
+// elapsed time within the drift: the lease is trusted for TTL − elapsed − drift
+// from the start of the acquisition (and of each renewal), and Lost() closes
+// when that runs out without a renewal. A process paused for longer than that
+// (GC, swap, SIGSTOP) may still act after its lock expired: only the fencing
+// token, checked by the protected resource, stops it. When it resumes, it
+// learns of the loss from Lost, or from Release: a release begun after the
+// deadline that no quorum confirms reports the hold lost (lock.ErrNotHeld, Lost
+// closes), and an inner level's release begun after it does too. Key expiry
+// follows each master's wall clock: a clock jump on a master shortens or
+// stretches its TTLs.
 //
 // A master restarted without its data (no persistence, or
 // appendfsync everysec losing the last second) forgets the locks it
