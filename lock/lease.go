@@ -206,7 +206,7 @@ func (l *lease) release(ctx context.Context) error {
 	// Whether the hold's deadline had passed by this client's clock when the
 	// release began (the process was stopped or starved past it) with no
 	// loss reported yet: if Redis cannot answer, the hold is reported lost.
-	expired := !l.h.wd.Held() && l.h.wd.Err() == nil
+	expired := pastDeadline(l.h.wd)
 	if done, err := l.handoff(ctx); done {
 		if err != nil && !errors.Is(err, ErrNotHeld) {
 			l.abandon()
@@ -234,12 +234,23 @@ func (l *lease) release(ctx context.Context) error {
 // is reported lost (Lost closes) and the error matches ErrNotHeld too,
 // instead of leaving the holder to believe that it may still hold it.
 func (l *lease) unanswered(expired bool, err error) error {
+	return unanswered(l.h.wd, expired, l.key, err)
+}
+
+// unanswered is lease.unanswered for any lease of this package: wd is its
+// watchdog, key its key. Client, Simple and RW leases all release this way.
+func unanswered(wd *watchdog.Watchdog, expired bool, key string, err error) error {
 	if !expired {
 		return err
 	}
-	l.h.wd.Lose(errDeadlinePassed)
-	return fmt.Errorf("%w: %q: the hold's deadline passed before its release: %w", ErrNotHeld, l.key, err)
+	wd.Lose(errDeadlinePassed)
+	return fmt.Errorf("%w: %q: the hold's deadline passed before its release: %w", ErrNotHeld, key, err)
 }
+
+// pastDeadline reports whether a lease's deadline has passed by its
+// client's clock (the process was stopped or starved past it) with no loss
+// reported yet: taken when a release begins, for unanswered.
+func pastDeadline(wd *watchdog.Watchdog) bool { return !wd.Held() && wd.Err() == nil }
 
 // errDeadlinePassed is the cause of the loss of a hold whose deadline had
 // passed when its release began, with no report of the loss yet.

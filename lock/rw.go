@@ -379,6 +379,8 @@ func (l *rwLease) Err() error       { return lostErr(l.wd.Err()) }
 func (l *rwLease) Until() time.Time { return l.wd.Until() }
 
 // Release drops one level of the hold; ErrNotHeld if it was no longer held.
+// A release that Redis does not answer after the lease's deadline had
+// passed reports the lease lost (see Client's Release).
 func (l *rwLease) Release(ctx context.Context) error {
 	err := l.release(ctx)
 	if l.rw.o.metrics != nil {
@@ -389,6 +391,7 @@ func (l *rwLease) Release(ctx context.Context) error {
 
 func (l *rwLease) release(ctx context.Context) error {
 	rw := l.rw
+	expired := pastDeadline(l.wd)
 	rw.mu.Lock()
 	done := l.released
 	l.released = true
@@ -404,7 +407,7 @@ func (l *rwLease) release(ctx context.Context) error {
 	n, err := rwReleaseScript.Run(ctx, rw.rdb, []string{l.keys[0], l.keys[1], l.keys[0] + ":x:" + l.level},
 		l.mode, l.owner, l.keys[4], l.level, rw.o.releaseWindow.Milliseconds()).Int64()
 	if err != nil {
-		return fmt.Errorf("lock: rw release %q: %w (the hold expires after its TTL)", l.key, err)
+		return unanswered(l.wd, expired, l.key, fmt.Errorf("lock: rw release %q: %w (the hold expires after its TTL)", l.key, err))
 	}
 	if n < 0 {
 		return ErrNotHeld

@@ -232,7 +232,9 @@ func (e simpleEvents) Lost(cause error) {
 }
 
 // Release deletes the key if it still holds this lease's value; otherwise
-// (expired, taken over, released before) it returns ErrNotHeld.
+// (expired, taken over, released before) it returns ErrNotHeld. A release
+// that Redis does not answer after the lease's deadline had passed reports
+// the lease lost (see Client's Release).
 func (l *simpleLease) Release(ctx context.Context) error {
 	err := l.release(ctx)
 	l.s.obs.Released(l.key, err)
@@ -247,9 +249,10 @@ func (l *simpleLease) release(ctx context.Context) error {
 	if done {
 		return ErrNotHeld
 	}
+	expired := pastDeadline(l.wd)
 	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey, l.rkey + ":fence"}, l.value, l.token).Int64()
 	if err != nil {
-		return fmt.Errorf("lock: simple release %q: %w", l.key, err)
+		return unanswered(l.wd, expired, l.key, fmt.Errorf("lock: simple release %q: %w", l.key, err))
 	}
 	s.mu.Lock()
 	done = l.released
