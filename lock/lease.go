@@ -204,20 +204,20 @@ func (l *lease) release(ctx context.Context) error {
 		c.mu.Unlock()
 	}()
 	// Whether the hold's deadline had passed by this client's clock when the
-	// release began (the process was stopped or starved past it) with no
-	// loss reported yet: if Redis cannot answer, the hold is reported lost.
-	expired := pastDeadline(l.h.wd)
+	// release began, with no loss reported yet: if Redis cannot answer, the
+	// hold is reported lost.
+	expired := l.h.wd.Overdue()
 	if done, err := l.handoff(ctx); done {
 		if err != nil && !errors.Is(err, ErrNotHeld) {
 			l.abandon()
-			return l.unanswered(expired, err)
+			return unanswered(l.h.wd, expired, l.key, err)
 		}
 		return err
 	}
 	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token).Int64()
 	if err != nil {
 		l.abandon()
-		return l.unanswered(expired, fmt.Errorf("lock: release %q: %w", l.key, err))
+		return unanswered(l.h.wd, expired, l.key, fmt.Errorf("lock: release %q: %w", l.key, err))
 	}
 	if !l.end() { // a concurrent Release of this lease got there first
 		return ErrNotHeld
@@ -228,17 +228,12 @@ func (l *lease) release(ctx context.Context) error {
 	return nil
 }
 
-// unanswered is the error of a release that Redis did not answer (err).
-// If the hold's deadline had passed when the release began (expired), with
-// no loss reported yet, another owner may hold the lock already: the hold
-// is reported lost (Lost closes) and the error matches ErrNotHeld too,
-// instead of leaving the holder to believe that it may still hold it.
-func (l *lease) unanswered(expired bool, err error) error {
-	return unanswered(l.h.wd, expired, l.key, err)
-}
-
-// unanswered is lease.unanswered for any lease of this package: wd is its
-// watchdog, key its key. Client, Simple and RW leases all release this way.
+// unanswered is the error of a release of the lease with watchdog wd and
+// key that Redis did not answer (err). If the lease was overdue when the
+// release began (expired: wd.Overdue), another owner may hold the lock
+// already: the lease is reported lost (Lost closes) and the error matches
+// ErrNotHeld too, instead of leaving the holder to believe that it may
+// still hold it. Client, Simple and RW leases all release this way.
 func unanswered(wd *watchdog.Watchdog, expired bool, key string, err error) error {
 	if !expired {
 		return err
@@ -246,11 +241,6 @@ func unanswered(wd *watchdog.Watchdog, expired bool, key string, err error) erro
 	wd.Lose(errDeadlinePassed)
 	return fmt.Errorf("%w: %q: the hold's deadline passed before its release: %w", ErrNotHeld, key, err)
 }
-
-// pastDeadline reports whether a lease's deadline has passed by its
-// client's clock (the process was stopped or starved past it) with no loss
-// reported yet: taken when a release begins, for unanswered.
-func pastDeadline(wd *watchdog.Watchdog) bool { return !wd.Held() && wd.Err() == nil }
 
 // errDeadlinePassed is the cause of the loss of a hold whose deadline had
 // passed when its release began, with no report of the loss yet.

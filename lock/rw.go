@@ -391,7 +391,7 @@ func (l *rwLease) Release(ctx context.Context) error {
 
 func (l *rwLease) release(ctx context.Context) error {
 	rw := l.rw
-	expired := pastDeadline(l.wd)
+	expired := l.wd.Overdue()
 	rw.mu.Lock()
 	done := l.released
 	l.released = true

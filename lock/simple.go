@@ -249,7 +249,7 @@ func (l *simpleLease) release(ctx context.Context) error {
 	if done {
 		return ErrNotHeld
 	}
-	expired := pastDeadline(l.wd)
+	expired := l.wd.Overdue()
 	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey, l.rkey + ":fence"}, l.value, l.token).Int64()
 	if err != nil {
 		return unanswered(l.wd, expired, l.key, fmt.Errorf("lock: simple release %q: %w", l.key, err))

@@ -229,9 +229,8 @@ func (l *lease) Release(ctx context.Context) error {
 func (l *lease) release(ctx context.Context) error {
 	c, h := l.c, l.h
 	// Whether the hold's deadline had passed by this client's clock when the
-	// release began: the process was stopped (or starved) past it, and the
-	// watchdog's goroutine has not run since to report the loss.
-	expired := !h.wd.Held() && h.wd.Err() == nil
+	// release began, with no loss reported yet (watchdog's Overdue).
+	expired := h.wd.Overdue()
 	c.mu.Lock()
 	if l.released {
 		c.mu.Unlock()

@@ -164,6 +164,20 @@ func (w *Watchdog) Held() bool {
 	return int64(w.cfg.Now().Sub(w.start)) < w.until.Load()
 }
 
+// Overdue reports whether the lease's deadline (as Held judges it) has
+// passed while the loss is not reported yet: the process was stopped or
+// starved past it and the watchdog's goroutine has not run since. A
+// release that begins overdue and gets no answer must report the lease
+// lost (Lose), since another holder may have it by then. As cheap as Held.
+func (w *Watchdog) Overdue() bool {
+	select {
+	case <-w.lost:
+		return false
+	default:
+	}
+	return int64(w.cfg.Now().Sub(w.start)) >= w.until.Load()
+}
+
 // Until returns the lease's deadline as Held judges it (the send time of
 // the last successful renewal, or LastRenewed, plus its TTL, on
 // Config.Now's clock), or the zero Time once the lease was reported lost.

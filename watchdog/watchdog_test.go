@@ -312,16 +312,19 @@ func TestHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if !w.Held() {
-		t.Fatal("Held false at the start")
+	if !w.Held() || w.Overdue() {
+		t.Fatal("Held false or Overdue at the start")
 	}
 	off.Store(int64(59 * time.Minute))
-	if !w.Held() {
-		t.Fatal("Held false before the deadline")
+	if !w.Held() || w.Overdue() {
+		t.Fatal("Held false or Overdue before the deadline")
 	}
 	off.Store(int64(61 * time.Minute))
 	if w.Held() {
 		t.Fatal("Held true past the deadline")
+	}
+	if !w.Overdue() {
+		t.Fatal("Overdue false past the deadline, Lost still open")
 	}
 	select {
 	case <-w.Lost():
@@ -329,6 +332,9 @@ func TestHeld(t *testing.T) {
 	default:
 	}
 	w.Lose(errors.New("done"))
+	if w.Overdue() {
+		t.Fatal("Overdue true after Lose: the loss is reported")
+	}
 	off.Store(0)
 	if w.Held() {
 		t.Fatal("Held true after Lose")
