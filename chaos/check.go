@@ -665,30 +665,64 @@ func (r *Result) checkLiveness(in Input) {
 			}
 		}
 		if last == in.HealedAt {
-			r.violate(aStuck, key, fmt.Sprintf("%s not obtained in the %v after the faults healed", key,
-				time.Duration(in.StopAt-in.HealedAt).Round(time.Millisecond)))
+			r.violate(aStuck, key, fmt.Sprintf("%s not obtained in the %v after the faults healed; %s", key,
+				time.Duration(in.StopAt-in.HealedAt).Round(time.Millisecond), lastHolds(hs, in.HealedAt)))
 		}
 		worst = max(worst, in.StopAt-last)
 	}
 	r.Info[iLivenessMaxGap] = worst / 1e6
-	if b := livenessBound(in); worst > b.Nanoseconds() {
+	if b := livenessBound(in.Backend, in.Life); worst > b.Nanoseconds() {
 		r.violate(aLiveness, "", fmt.Sprintf("a key went %v without an acquisition after the faults healed; the docs bound it by %v",
 			time.Duration(worst).Round(time.Millisecond), b))
 	}
 }
 
-// livenessBound is how long the docs let a key stay unobtainable once the
-// faults have healed: a vanished holder frees it a TTL later and a vanished
-// waiter is skipped a waiter timeout (5 s by default) after it last called
-// in (lock/doc.go, redlock/doc.go); a ZooKeeper holder's node goes with its
-// session, a session timeout after the server last heard of it
-// (zklock/doc.go). Plus the clients' retry and scheduling slack.
-func livenessBound(in Input) time.Duration {
-	const waiterTimeout, slack = 5 * time.Second, 2 * time.Second
-	if in.Backend == "zk" {
-		return 2*in.Life + slack
+// lastHolds describes, for a stuck key's report, the holds of the key
+// (hs, by acquisition) that began last before the heal at healed: who held
+// it, since when, and how each ended, or that it never did.
+func lastHolds(hs []*Hold, healed int64) string {
+	var before []*Hold
+	for _, h := range hs {
+		if h.Acquired != 0 && h.Acquired <= healed {
+			before = append(before, h)
+		}
 	}
-	return in.Life + waiterTimeout + slack
+	if len(before) == 0 {
+		return "never held before the heal"
+	}
+	before = before[max(len(before)-3, 0):]
+	parts := make([]string, len(before))
+	for i, h := range before {
+		end := "never released nor reported lost"
+		switch {
+		case h.Lost != 0:
+			end = fmt.Sprintf("reported lost %v after the heal", time.Duration(h.Lost-healed).Round(time.Millisecond))
+		case h.Released != 0:
+			end = fmt.Sprintf("released (%s) %v after the heal", h.RelRes, time.Duration(h.Released-healed).Round(time.Millisecond))
+		case h.Release != 0:
+			end = fmt.Sprintf("release invoked %v after the heal, never answered", time.Duration(h.Release-healed).Round(time.Millisecond))
+		}
+		parts[i] = fmt.Sprintf("%s (token %d) acquired %v before the heal, %s", h.ID, h.Token,
+			time.Duration(healed-h.Acquired).Round(time.Millisecond), end)
+	}
+	return "its last holds: " + strings.Join(parts, "; ")
+}
+
+// livenessBound is how long the docs let a key of backend stay unobtainable
+// once the faults have healed, with life the TTL (the session timeout for
+// zk): a vanished holder frees it a TTL later and a vanished waiter is
+// skipped a waiter timeout (5 s by default) after it last called in
+// (lock/doc.go, redlock/doc.go); a ZooKeeper holder's node goes with its
+// session, a session timeout after the server last heard of it
+// (zklock/doc.go). Plus the clients' retry and scheduling slack. The quiet
+// period after the heal outlasts it (run.go), so that a key not obtained
+// in it is stuck beyond what the docs allow.
+func livenessBound(backend string, life time.Duration) time.Duration {
+	const waiterTimeout, slack = 5 * time.Second, 2 * time.Second
+	if backend == "zk" {
+		return 2*life + slack
+	}
+	return life + waiterTimeout + slack
 }
 
 // sortedKV orders counter writes by key and value, for stable reports.

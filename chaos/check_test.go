@@ -378,3 +378,52 @@ func TestExcerptCut(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveness: after the heal, a key whose gap stays within the docs'
+// bound passes; one never obtained again is stuck, and the report names
+// its last hold and how that ended; a gap beyond the bound is reported.
+func TestLiveness(t *testing.T) {
+	s := func(d time.Duration) int64 { return int64(d / time.Millisecond) }
+	healed, life := 10*time.Second, 2*time.Second
+	bound := livenessBound("zk", life)
+	if bound != 6*time.Second {
+		t.Fatalf("zk bound = %v, want 6s (2 sessions and 2 s of slack)", bound)
+	}
+	check := func(stop time.Duration, build func(h *hist)) *Result {
+		var h hist
+		build(&h)
+		return Check(Input{Backend: "zk", Life: life, Events: h.evs, HealedAt: int64(healed), StopAt: int64(stop)})
+	}
+	r := check(healed+7*time.Second, func(h *hist) {
+		h.section(s(healed)-100, s(healed)+5000, "a", "k0", "a/0/1", 100, 0, "ok")
+		h.section(s(healed)+5100, s(healed)+5200, "b", "k0", "b/0/1", 101, 1, "ok")
+		h.section(s(healed)+5300, s(healed)+6900, "b", "k0", "b/0/2", 102, 2, "ok")
+	})
+	assertKinds(t, "anomaly", r.Anomalies, nil)
+	if got := r.Info[iLivenessMaxGap]; got != 5101 {
+		t.Errorf("max gap %d ms, want 5101", got)
+	}
+
+	r = check(healed+7*time.Second, func(h *hist) {
+		h.section(s(healed)-2000, s(healed)-1900, "b", "k0", "b/0/1", 100, 0, "ok")
+		h.outerStart(s(healed)-100, "a", "k0", "a/0/1", 101, 1)
+	})
+	assertKinds(t, "anomaly", r.Anomalies, []string{aStuck, aLiveness})
+	var what string
+	for _, v := range r.Violations {
+		if v.Kind == aStuck {
+			what = v.What
+		}
+	}
+	for _, want := range []string{"k0 not obtained in the 7s", "b/0/1 (token 100)", "released (ok)",
+		"a/0/1 (token 101) acquired 99ms before the heal, never released nor reported lost"} {
+		if !strings.Contains(what, want) {
+			t.Errorf("stuck report %q lacks %q", what, want)
+		}
+	}
+
+	r = check(healed+7*time.Second, func(h *hist) {
+		h.section(s(healed)+6500, s(healed)+6600, "b", "k0", "b/0/1", 100, 0, "ok")
+	})
+	assertKinds(t, "anomaly", r.Anomalies, []string{aLiveness})
+}

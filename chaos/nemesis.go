@@ -152,10 +152,7 @@ func plan(cfg runConfig) []step {
 			k = order[i]
 		}
 		s := step{Kind: k, Gap: cfg.gapMin + time.Duration(rnd.Int64N(int64(cfg.gapMax-cfg.gapMin)+1))}
-		life := cfg.ttl // how long a holder's lease survives without its process
-		if cfg.backend == "zk" || cfg.backend == "ids" {
-			life = max(cfg.session, cfg.ttl)
-		}
+		life := cfg.life()
 		span := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo)+1)) }
 		switch k {
 		case fClientKill, fProxyCut:

@@ -45,6 +45,15 @@ func (c runConfig) durFor(b string, flag time.Duration) time.Duration {
 	return c.dur
 }
 
+// life is how long a holder's lease survives without its process: the TTL,
+// or for the backends on ZooKeeper the session timeout if longer.
+func (c runConfig) life() time.Duration {
+	if c.backend == "zk" || c.backend == "ids" {
+		return max(c.session, c.ttl)
+	}
+	return c.ttl
+}
+
 // profiles: short is part of make test (every fault kind at least once
 // per backend); long is make chaos.
 var profiles = map[string]runConfig{
@@ -165,6 +174,13 @@ func runMain(args []string) (int, error) {
 		cfg.backend = b
 		cfg.seed = *seed + uint64(i)
 		cfg.dur = base.durFor(b, *dur)
+		if b != "ids" {
+			// The quiet period outlasts the docs' liveness bound, the load
+			// phase grown by as much, so the faults keep their window.
+			q := max(cfg.quiet, livenessBound(b, cfg.life())+time.Second)
+			cfg.dur += q - cfg.quiet
+			cfg.quiet = q
+		}
 		rep, err := runOne(cfg, filepath.Join(dir, b))
 		if err != nil {
 			return 2, fmt.Errorf("%s: %w", b, err)
@@ -203,10 +219,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		return nil, err
 	}
 	steps := plan(cfg)
-	meta := runMeta{Backend: cfg.backend, Seed: cfg.seed, Life: cfg.ttl, Duration: cfg.dur}
-	if cfg.backend == "zk" || cfg.backend == "ids" {
-		meta.Life = max(cfg.session, cfg.ttl)
-	}
+	meta := runMeta{Backend: cfg.backend, Seed: cfg.seed, Life: cfg.life(), Duration: cfg.dur}
 	for _, s := range steps {
 		meta.Plan = append(meta.Plan, fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur))
 	}
