@@ -420,6 +420,28 @@ func overlaps(holds [][]int64) int {
 	return n
 }
 
+// handoffs returns, from the holds of every worker (start and end pairs, as
+// overlaps reads them), the hand-off gaps in µs: from the end of a hold's
+// section (before its release was sent) to the start of the next hold
+// (when its holder learnt it held the lock). In a queue they are the
+// critical path of the hot key: the release's round trip, the grant's
+// message and the next holder's wake-up.
+func handoffs(holds [][]int64) []int64 {
+	type iv struct{ a, b int64 }
+	var all []iv
+	for _, h := range holds {
+		for i := 0; i+1 < len(h); i += 2 {
+			all = append(all, iv{h[i], h[i+1]})
+		}
+	}
+	slices.SortFunc(all, func(x, y iv) int { return int(min(max(x.a-y.a, -1), 1)) })
+	gaps := make([]int64, 0, len(all))
+	for i := 1; i < len(all); i++ {
+		gaps = append(gaps, (all[i].a-all[i-1].b)/1e3)
+	}
+	return gaps
+}
+
 // medianOf is the median of f over rs.
 func medianOf(rs []procRun, f func(procRun) float64) float64 {
 	xs := make([]float64, len(rs))
@@ -436,11 +458,32 @@ func runLockProcSuite(env *Env) error {
 	}
 	admin := srv.NewClient()
 	defer admin.Close()
-	if err := procUncontended(env, srv, admin); err != nil {
-		return err
+	if slices.Contains(*procPhases, "uncontended") {
+		if err := procUncontended(env, srv, admin); err != nil {
+			return err
+		}
 	}
-	return procHotKey(env, srv, admin)
+	if slices.Contains(*procPhases, "hot") {
+		return procHotKey(env, srv, admin)
+	}
+	return nil
 }
+
+// procPhases are the lockproc suite's phases to run (-lockproc-phases).
+var procPhases = func() *[]string {
+	ps := []string{"uncontended", "hot"}
+	flag.Func("lockproc-phases", "lockproc: comma-separated phases to run, uncontended and hot (default both)", func(v string) error {
+		ps = nil
+		for _, p := range strings.Split(v, ",") {
+			if p != "uncontended" && p != "hot" {
+				return fmt.Errorf("unknown phase %q", p)
+			}
+			ps = append(ps, p)
+		}
+		return nil
+	})
+	return &ps
+}()
 
 // procUncontended: one process per library, 32 goroutines each locking
 // its own key.
@@ -495,14 +538,18 @@ func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) er
 		}
 	}
 	med := func(name string, f func(procRun) float64) float64 { return medianOf(res[name], f) }
-	q := func(p float64) func(procRun) float64 {
-		return func(r procRun) float64 {
-			ws := slices.Sorted(slices.Values(r.waitsUS))
-			if len(ws) == 0 {
-				return 0
-			}
-			return float64(ws[min(int(float64(len(ws))*p), len(ws)-1)]) / 1e3
+	pct := func(xs []int64, p float64) float64 {
+		xs = slices.Sorted(slices.Values(xs))
+		if len(xs) == 0 {
+			return 0
 		}
+		return float64(xs[min(int(float64(len(xs))*p), len(xs)-1)])
+	}
+	q := func(p float64) func(procRun) float64 {
+		return func(r procRun) float64 { return pct(r.waitsUS, p) / 1e3 }
+	}
+	hq := func(p float64) func(procRun) float64 {
+		return func(r procRun) float64 { return pct(handoffs(r.holds), p) }
 	}
 	spread := func(r procRun) float64 {
 		var sum int64
@@ -522,7 +569,7 @@ func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) er
 	}
 	t := Table{
 		Title: fmt.Sprintf("(b) hot key across processes: %d processes of one library, one goroutine each, on one key; holds checked for overlap across processes (median of %d interleaved rounds of %v)", n, env.Rounds, env.Dur),
-		Cols:  []string{"library", "sections/s", "vs best peer", "wait p50 ms", "p99 ms", "max ms", "share spread", "Redis calls/section", "Redis CPU µs/section", "failed obtains"},
+		Cols:  []string{"library", "sections/s", "vs best peer", "wait p50 ms", "p99 ms", "max ms", "share spread", "Redis calls/section", "Redis CPU µs/section", "failed obtains", "hand-off p50 µs", "p99 µs"},
 	}
 	for _, name := range libs {
 		ps := med(name, func(r procRun) float64 { return r.perSec })
@@ -530,10 +577,11 @@ func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) er
 			fmt.Sprintf("%.1f %%", 100*med(name, spread)),
 			med(name, func(r procRun) float64 { return r.calls }),
 			med(name, func(r procRun) float64 { return r.cpuUS }),
-			med(name, func(r procRun) float64 { return r.failed }))
+			med(name, func(r procRun) float64 { return r.failed }),
+			med(name, hq(0.5)), med(name, hq(0.99)))
 	}
 	t.Print(env.Out)
-	fmt.Fprintln(env.Out, "Peers run with their best retry setting for this load (a 1 ms retry); coordkit with its defaults (queued waiters woken by Pub/Sub). Share spread: (max − min) / mean of the sections per process.")
+	fmt.Fprintln(env.Out, "Peers run with their best retry setting for this load (a 1 ms retry); coordkit with its defaults (queued waiters woken by Pub/Sub). Share spread: (max − min) / mean of the sections per process. Hand-off: from the end of one section to the start of the next (any holder): the release, the grant or retry, the next holder's wake-up.")
 	fmt.Fprintln(env.Out)
 	return nil
 }
