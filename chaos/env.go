@@ -260,6 +260,13 @@ func (e *env) heal() error {
 				}
 			}
 		}
+		// A node resumed or restarted at the heal may still be electing a
+		// leader or syncing with it: the faults have healed once every
+		// node serves again, not before (no lock is granted without a
+		// quorum; the liveness check counts from here).
+		if err := zkServing(e.zk.Nodes(), zkHealWait); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, s := range e.slots {
 		for _, p := range s.proxies {
@@ -279,6 +286,29 @@ func (e *env) heal() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// zkHealWait bounds the wait for the ensemble to serve again after the heal.
+const zkHealWait = 30 * time.Second
+
+// zkServing waits, up to d, until every node of nodes reports itself
+// leader, follower or standalone (srvr's Mode, which ZooKeeper reports only
+// once it serves sessions).
+func zkServing(nodes []*testserver.ZKNode, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for _, n := range nodes {
+		for {
+			_, err := n.Mode()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("zookeeper node %s not serving %v after the heal: %w", n.Addr(), d, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // close stops the clients and the servers and waits for every goroutine.
