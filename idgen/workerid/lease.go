@@ -165,8 +165,17 @@ const (
 	finalRetry = 100 * time.Millisecond
 )
 
+// saveTimeout bounds a checkpoint's save when the interval is shorter: a
+// save cut off at a short interval would never succeed on a database that
+// answers more slowly than that, and the mark would never be stored.
+const saveTimeout = 2 * time.Second
+
 func (l *Lease) checkpoints(stop <-chan struct{}) {
 	defer l.wg.Done()
+	// A save in progress ends when the lease is lost (the final save takes
+	// over at once) or stopped (Release saves the mark itself).
+	saves, cancel := l.until(context.Background(), stop, l.lost)
+	defer cancel()
 	t := time.NewTicker(l.checkpoint)
 	defer t.Stop()
 	for {
@@ -177,11 +186,29 @@ func (l *Lease) checkpoints(stop <-chan struct{}) {
 			l.finalMark(stop)
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), l.checkpoint)
+			ctx, cancel := context.WithTimeout(saves, max(l.checkpoint, saveTimeout))
 			l.saveMarks(ctx) // a failed save is retried at the next tick
 			cancel()
 		}
 	}
+}
+
+// until returns a context derived from parent that is also cancelled when
+// a or b closes. Its goroutine is the lease's (Release waits for it) and
+// ends with the context.
+func (l *Lease) until(parent context.Context, a, b <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		select {
+		case <-a:
+		case <-b:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // finalMark runs once the lease is lost: the generator already refuses to
@@ -195,13 +222,16 @@ func (l *Lease) finalMark(stop <-chan struct{}) {
 	l.mu.Unlock()
 	g.Retire(idgen.ErrLeaseLost)
 	deadline := time.Now().Add(finalFor)
+	// Cut short by Release, which saves the mark itself.
+	saves, cancel := l.until(context.Background(), stop, nil)
+	defer cancel()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		ctx, cancel := context.WithDeadline(saves, deadline)
 		err := g.Checkpoint(ctx, l.hw)
 		cancel()
-		if err == nil || !time.Now().Before(deadline) {
+		if err == nil || !time.Now().Before(deadline) || saves.Err() != nil {
 			return
 		}
 		retry.Reset(finalRetry)

@@ -97,7 +97,9 @@ func WithMax(max int64) Option { return func(o *options) { o.max = max } }
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // WithCheckpoint sets how often a Snowflake made by Lease.NewSnowflake saves
-// its high-water mark. Default: 3 s.
+// its high-water mark. Default: 3 s. A save may take up to the interval or
+// 2 s, whichever is longer, before it is given up and retried at the next
+// tick.
 func WithCheckpoint(d time.Duration) Option { return func(o *options) { o.checkpoint = d } }
 
 // WithPrefix sets the Redis key prefix. Default: "coordkit:worker:".

@@ -247,7 +247,17 @@ func TestSQLHolderCutOff(t *testing.T) {
 		started := make(chan struct{})
 		done := issueUntilError(sfA, started)
 		<-started
-		time.Sleep(200 * time.Millisecond) // a few checkpoints
+		// A checkpoint stored (every 50 ms while IDs are issued; on a slow
+		// machine the first may take longer than a fixed sleep), then a few
+		// more.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if mark, err := a.HighWater().Load(ctx); err == nil && !mark.IsZero() {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("no checkpoint stored in 10 s of issuing: %v, %v", mark, err)
+			}
+		}
+		time.Sleep(150 * time.Millisecond)
 		cut := time.Now()
 		p.SetBlackhole(true)
 		waitLost(t, a, 3*faultTTL)
@@ -291,6 +301,51 @@ func TestSQLHolderCutOff(t *testing.T) {
 		}
 		if holders, err := lb.List(ctx, "svc"); err != nil || len(holders) != 1 || b.Err() != nil {
 			t.Fatalf("after the old holder's Release: %+v, %v, successor %v", holders, err, b.Err())
+		}
+	})
+}
+
+// TestCheckpointSlowerThanInterval: a database that takes longer to answer
+// a save than the checkpoint interval (a proxy adds 40 ms each way, the
+// interval is 50 ms) still gets the mark: a save is not cut off at the
+// interval, so that the holder's IDs stay covered by a stored mark however
+// slow the database is.
+func TestCheckpointSlowerThanInterval(t *testing.T) {
+	forEachSQL(t, func(t *testing.T, s sqlDB) {
+		ctx := ctxT(t, 60*time.Second)
+		table := s.newTable(t)
+		p := testserver.StartProxy(t, s.srv().Addr())
+		p.SetLatency(40 * time.Millisecond)
+		la := s.leaserOn(t, s.open(t, p.Addr()), table, workerid.WithMax(0), workerid.WithTTL(5*time.Second),
+			workerid.WithCheckpoint(50*time.Millisecond))
+		a, err := la.Lease(ctx, "svc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release(t, a)
+		sf, err := a.NewSnowflake(ctx, idgen.LayoutWorker10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := sf.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := idgen.LayoutWorker10.Decompose(first).Time
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mark, err := a.HighWater().Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !mark.Before(want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no checkpoint of the mark %v stored in 5 s with saves slower than the interval: %v", want, mark)
+			}
+			sf.Next()
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 }
