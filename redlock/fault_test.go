@@ -17,7 +17,7 @@ func TestMastersKilled(t *testing.T) {
 	rs := testserver.StartRedisMasters(t, 5)
 	// Fewer lost answers under -race; a hold left by a lost answer that its
 	// release did not reach either expires within 2 s.
-	opts := []redlock.Option{redlock.WithNodeTimeout(20 * time.Millisecond), redlock.WithDefaultTTL(2 * time.Second)}
+	opts := []redlock.Option{redlock.WithNodeTimeout(100 * time.Millisecond), redlock.WithDefaultTTL(2 * time.Second)}
 	lockers := []lock.Locker{newClient(t, rs, opts...), newClient(t, rs, opts...), newClient(t, rs, opts...)}
 	counter := dial(t, shared[0].Addr())[0] // outside the masters that die
 	begin := time.Now()
@@ -73,7 +73,11 @@ func TestBlackholedMaster(t *testing.T) {
 	rs := testserver.StartRedisMasters(t, 4)
 	proxy := testserver.StartProxy(t, shared[4].Addr())
 	addrs := append(addrsOf(rs), proxy.Addr())
-	const nodeTimeout = 20 * time.Millisecond
+	// Long enough for the healthy masters to answer on a slow machine (at
+	// 20 ms, a release on one core under -race missed its quorum), far
+	// below go-redis's 3 s read timeout that a black-holed master would
+	// otherwise cost.
+	const nodeTimeout = 100 * time.Millisecond
 	c, err := redlock.New(dial(t, addrs...), redlock.WithNodeTimeout(nodeTimeout))
 	if err != nil {
 		t.Fatal(err)
