@@ -250,7 +250,7 @@ func (s *Segments) newSegment(tag string) *Segment {
 		}
 		g.bufs = append(g.bufs, segbuf.NewBuffer(segbuf.Config{
 			Tag: tag, MaxStep: s.o.maxStep, FollowBase: true, MinStep: 1,
-			Target: s.o.target, TriggerPercent: 10, RetryDelay: s.o.retryDelay,
+			Target: s.o.target, TriggerPercent: 10, RetryDelay: s.o.retryDelay, Refill: len(s.stores) > 1,
 			Now: s.o.now, Fetch: fetch, Obs: s.obs, ErrClosed: ErrClosed,
 		}, s.group.Spawn))
 	}
@@ -333,7 +333,8 @@ func (g *Segment) StoreStats(i int) (idgen.SegmentStats, bool) {
 // With several databases, Next serves from one database while it has IDs
 // in memory and moves to the next database that has some when it runs out
 // (each database's buffer refills in the background, and a database whose
-// fetch failed is tried again after WithRetryDelay). Only when no database
+// fetch failed is tried again in the background every WithRetryDelay until
+// it answers, so that it has IDs in memory again once it is back). Only when no database
 // has an ID in memory does it wait, for each database in turn; if none can
 // serve it returns their errors joined, one *StoreError each. IDs are
 // unique, but not increasing across a move from one database to another.

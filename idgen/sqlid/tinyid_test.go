@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/idgen/sqlid"
+	"github.com/coordkit/coordkit/internal/testserver"
 )
 
 // newTinyid returns Tinyid generators over stores and a table of the
@@ -344,4 +345,62 @@ func TestTinyidRegisterTwo(t *testing.T) {
 		t.Fatalf("Register again: %v", err)
 	}
 	var _ *sql.DB = stores[0].DB
+}
+
+// TestTinyidRefillsInBackground: a database whose fetch failed is tried
+// again in the background (every WithRetryDelay) until its buffer is
+// refilled, not only when the other databases run dry: once it is back it
+// has IDs in memory again, ready for the next outage of another, while the
+// other database serves every call.
+func TestTinyidRefillsInBackground(t *testing.T) {
+	ctx := ctxT(t)
+	p := testserver.StartProxy(t, maria.Addr())
+	stores := []sqlid.Store{
+		{DB: openDB(t, "mysql", maria.DSNAt(p.Addr())), Dialect: sqlid.MySQL},
+		{DB: backends[1].openDB(t), Dialect: sqlid.Postgres},
+	}
+	s := newTinyid(t, stores, uniqueName(t),
+		sqlid.WithFetchTimeout(500*time.Millisecond), sqlid.WithRetryDelay(100*time.Millisecond), sqlid.WithMaxStep(1000))
+	if err := s.Register(ctx, "order", 0, 1000, ""); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := s.For("order")
+	draw(t, ctx, g, 1)
+	waitFor(t, "first segments", func() bool {
+		a, _ := g.StoreStats(0)
+		b, _ := g.StoreStats(1)
+		return a.Fetches > 0 && b.Fetches > 0
+	})
+	p.SetDropNew(true)
+	p.Cut() // MariaDB unreachable: its next fetches fail
+	for {
+		// Draw until MariaDB's memory is used up and PostgreSQL (odd IDs:
+		// database 1 of 2) serves.
+		id, err := draw1(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id%2 == 1 {
+			if st, _ := g.StoreStats(0); !st.Ready {
+				break
+			}
+		}
+	}
+	p.SetDropNew(false)
+	// PostgreSQL keeps serving (a few IDs now and then, far from using up
+	// its segments): MariaDB's buffer must refill by itself.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := draw1(g); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := g.StoreStats(0); st.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, _ := g.StoreStats(0)
+			t.Fatalf("MariaDB's buffer not refilled 10 s after it was reachable again: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

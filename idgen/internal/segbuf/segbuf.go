@@ -68,9 +68,15 @@ type Config struct {
 	// RetryDelay is how long TryNext waits after a failed fetch before it
 	// starts another one.
 	RetryDelay time.Duration
-	Now        func() time.Time
-	Fetch      Fetch
-	Obs        *observe.IDs // logger and metrics; nil: none
+	// Refill: after a failed fetch, fetch again in the background every
+	// RetryDelay until one succeeds, without waiting for a caller to ask
+	// this buffer (Tinyid's databases: while another database serves every
+	// call, the one that failed gets IDs in memory again once it is back,
+	// ready for the next outage).
+	Refill bool
+	Now    func() time.Time
+	Fetch  Fetch
+	Obs    *observe.IDs // logger and metrics; nil: none
 	// ErrClosed is the error Next returns once the registry is closed and
 	// the segments in memory are used up.
 	ErrClosed error
@@ -389,7 +395,9 @@ func (b *Buffer) advance(ctx context.Context, seen *segment) error {
 func (b *Buffer) startFlight() *flight {
 	f := &flight{done: make(chan struct{})}
 	now := b.cfg.Now()
-	if !b.lastFetch.IsZero() && b.step > 0 {
+	if !b.lastFetch.IsZero() && b.step > 0 && b.failedAt.IsZero() {
+		// (After a failed fetch the time since it says nothing of the draw
+		// rate: retries every RetryDelay would double the step each time.)
 		b.step = NextStep(b.step, now.Sub(b.lastFetch), b.minStep, b.cfg.MaxStep, b.cfg.Target)
 	}
 	step, floor := b.step, b.high
@@ -407,7 +415,6 @@ func (b *Buffer) startFlight() *flight {
 			b.cfg.Obs.Warn("segment fetch failed", "tag", b.cfg.Tag, "step", step, "err", err)
 		}
 		b.mu.Lock()
-		defer b.mu.Unlock()
 		if err == nil {
 			stride := max(r.Stride, 1)
 			trigger := max(1, r.Count*b.cfg.TriggerPercent/100)
@@ -432,6 +439,16 @@ func (b *Buffer) startFlight() *flight {
 		b.flight = nil
 		b.pending.Store(false)
 		close(f.done)
+		b.mu.Unlock()
+		if err != nil && b.cfg.Refill {
+			t := time.NewTimer(b.cfg.RetryDelay)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				b.prefetch() // unless a caller started a fetch meanwhile
+			}
+		}
 	})
 	if !started {
 		f.err = b.cfg.ErrClosed
