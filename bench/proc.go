@@ -398,20 +398,28 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 	return r, nil
 }
 
+// interval is one hold: when it began and ended (wall clock, ns).
+type interval struct{ a, b int64 }
+
+// intervals returns the holds of every worker (each worker's list is
+// start and end pairs), ordered by start.
+func intervals(holds [][]int64) []interval {
+	var all []interval
+	for _, h := range holds {
+		for i := 0; i+1 < len(h); i += 2 {
+			all = append(all, interval{h[i], h[i+1]})
+		}
+	}
+	slices.SortFunc(all, func(x, y interval) int { return int(min(max(x.a-y.a, -1), 1)) })
+	return all
+}
+
 // overlaps counts the pairs of holds (from different workers' lists, or
 // one's) whose intervals overlap.
 func overlaps(holds [][]int64) int {
-	type iv struct{ a, b int64 }
-	var all []iv
-	for _, h := range holds {
-		for i := 0; i+1 < len(h); i += 2 {
-			all = append(all, iv{h[i], h[i+1]})
-		}
-	}
-	slices.SortFunc(all, func(x, y iv) int { return int(min(max(x.a-y.a, -1), 1)) })
 	n := 0
 	var end int64 = math.MinInt64
-	for _, x := range all {
+	for _, x := range intervals(holds) {
 		if x.a < end {
 			n++
 		}
@@ -420,21 +428,13 @@ func overlaps(holds [][]int64) int {
 	return n
 }
 
-// handoffs returns, from the holds of every worker (start and end pairs, as
-// overlaps reads them), the hand-off gaps in µs: from the end of a hold's
-// section (before its release was sent) to the start of the next hold
-// (when its holder learnt it held the lock). In a queue they are the
-// critical path of the hot key: the release's round trip, the grant's
-// message and the next holder's wake-up.
+// handoffs returns, from the holds of every worker, the hand-off gaps in
+// µs: from the end of a hold's section (before its release was sent) to
+// the start of the next hold (when its holder learnt it held the lock). In
+// a queue they are the critical path of the hot key: the release's round
+// trip, the grant's message and the next holder's wake-up.
 func handoffs(holds [][]int64) []int64 {
-	type iv struct{ a, b int64 }
-	var all []iv
-	for _, h := range holds {
-		for i := 0; i+1 < len(h); i += 2 {
-			all = append(all, iv{h[i], h[i+1]})
-		}
-	}
-	slices.SortFunc(all, func(x, y iv) int { return int(min(max(x.a-y.a, -1), 1)) })
+	all := intervals(holds)
 	gaps := make([]int64, 0, len(all))
 	for i := 1; i < len(all); i++ {
 		gaps = append(gaps, (all[i].a-all[i-1].b)/1e3)
