@@ -75,9 +75,11 @@
 // needed. A generator keeps a double buffer per database and serves from one
 // while it has IDs in memory; when that one runs out it moves to the next
 // database that has some, without waiting. A database that is down is left
-// alone for WithRetryDelay and tried again in the background, every
-// WithRetryDelay until it answers (whether or not callers need it: once back
-// it has IDs in memory for the next outage of another). Only when no
+// alone for WithRetryDelay and tried again in the background, WithRetryDelay
+// (at least 50 ms) after each failure until it answers, whether or not
+// callers need it, so that once back it has IDs in memory for the next
+// outage of another (not after ErrUnknownTag, ErrNoTable, ErrBadRow,
+// ErrOverflow or ErrConflict: those wait for a caller). Only when no
 // database has an ID in memory does Next wait, for each in turn, and fail
 // with one *StoreError per database if none answers. Before it serves a
 // database's segment, a generator checks that its delta and remainder do not

@@ -63,7 +63,8 @@ func WithFetchTimeout(d time.Duration) Option { return func(o *options) { o.fetc
 
 // WithRetryDelay sets how long a Tinyid generator over several databases
 // leaves a database alone after a fetch from it failed, before it tries it
-// again in the background (and again every d until one succeeds).
+// again in the background (and again d after each failure until one
+// succeeds, at least 50 ms apart; 0: at once when a caller needs it).
 // Default: 1s.
 func WithRetryDelay(d time.Duration) Option { return func(o *options) { o.retryDelay = d } }
 

@@ -250,11 +250,25 @@ func (s *Segments) newSegment(tag string) *Segment {
 		}
 		g.bufs = append(g.bufs, segbuf.NewBuffer(segbuf.Config{
 			Tag: tag, MaxStep: s.o.maxStep, FollowBase: true, MinStep: 1,
-			Target: s.o.target, TriggerPercent: 10, RetryDelay: s.o.retryDelay, Refill: len(s.stores) > 1,
+			Target: s.o.target, TriggerPercent: 10, RetryDelay: s.o.retryDelay, Refill: len(s.stores) > 1, Retryable: transientFetchErr,
 			Now: s.o.now, Fetch: fetch, Obs: s.obs, ErrClosed: ErrClosed,
 		}, s.group.Spawn))
 	}
 	return g
+}
+
+// transientFetchErr reports whether a failed fetch may succeed later by
+// itself (the database down or slow), and not by an operator's hand: a
+// missing row or table, a bad row, an overflow or a conflict of residues
+// (whose fetch already advanced max_id: retried in the background it would
+// burn a step each time).
+func transientFetchErr(err error) bool {
+	for _, e := range []error{ErrUnknownTag, ErrNoTable, ErrBadRow, ErrOverflow, ErrConflict} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkSeries records the residue class of database i's segment r and
@@ -333,8 +347,9 @@ func (g *Segment) StoreStats(i int) (idgen.SegmentStats, bool) {
 // With several databases, Next serves from one database while it has IDs
 // in memory and moves to the next database that has some when it runs out
 // (each database's buffer refills in the background, and a database whose
-// fetch failed is tried again in the background every WithRetryDelay until
-// it answers, so that it has IDs in memory again once it is back). Only when no database
+// fetch failed (the database down) is tried again in the background,
+// WithRetryDelay after each failure, until it answers, so that it has IDs in
+// memory again once it is back). Only when no database
 // has an ID in memory does it wait, for each database in turn; if none can
 // serve it returns their errors joined, one *StoreError each. IDs are
 // unique, but not increasing across a move from one database to another.

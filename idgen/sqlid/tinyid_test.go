@@ -404,3 +404,77 @@ func TestTinyidRefillsInBackground(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestTinyidRefillPaced: the background retries of a database that is down
+// are one loop per database, RetryDelay apart, however many callers failed
+// meanwhile; and an error that only an operator can mend (a tag without a
+// row there) is not retried in the background at all.
+func TestTinyidRefillPaced(t *testing.T) {
+	ctx := ctxT(t)
+	table := uniqueName(t)
+	pm := testserver.StartProxy(t, maria.Addr())
+	pp := testserver.StartProxy(t, pg.Addr())
+	stores := []sqlid.Store{
+		{DB: openDB(t, "mysql", maria.DSNAt(pm.Addr())), Dialect: sqlid.MySQL},
+		{DB: openDB(t, "pgx", pg.DSNAt(pp.Addr())), Dialect: sqlid.Postgres},
+	}
+	m := &conflictMetrics{}
+	const retry = 50 * time.Millisecond
+	s := newTinyid(t, stores, table, sqlid.WithMetrics(m),
+		sqlid.WithFetchTimeout(500*time.Millisecond), sqlid.WithRetryDelay(retry), sqlid.WithMaxStep(1000))
+	if err := s.Register(ctx, "order", 0, 1000, ""); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := s.For("order")
+	draw(t, ctx, g, 1)
+	failures := func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.errs)
+	}
+	for _, p := range []*testserver.Proxy{pm, pp} {
+		p.SetDropNew(true)
+		p.Cut()
+	}
+	// Both down: callers use up what is in memory, then fail, 200 times.
+	for fails := 0; fails < 200; {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := g.Next(cctx)
+		cancel()
+		if err != nil {
+			fails++
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(2 * retry) // the callers' own fetches end
+	before := failures()
+	time.Sleep(time.Second)
+	// One loop per database: about 2 × 1 s / retry, each fetch failing at once.
+	if n := failures() - before; n > 2*int(time.Second/retry)+10 {
+		t.Fatalf("%d failed fetches in the second after the callers stopped; one retry per database every %v makes about %d",
+			n, retry, 2*int(time.Second/retry))
+	}
+	for _, p := range []*testserver.Proxy{pm, pp} {
+		p.SetDropNew(false)
+	}
+	waitFor(t, "both databases refilled", func() bool {
+		a, _ := g.StoreStats(0)
+		b, _ := g.StoreStats(1)
+		return a.Ready && b.Ready
+	})
+
+	// A tag with a row on PostgreSQL only: MariaDB answers ErrUnknownTag,
+	// which the background does not retry.
+	one := newTinyid(t, stores[1:], table)
+	if err := one.Register(ctx, "pgonly", 0, 1000, ""); err != nil {
+		t.Fatal(err)
+	}
+	g2, _ := s.For("pgonly")
+	draw(t, ctx, g2, 1)
+	time.Sleep(2 * retry)
+	before = failures()
+	time.Sleep(10 * retry)
+	if n := failures() - before; n != 0 {
+		t.Fatalf("%d background fetches of a tag MariaDB has no row for (ErrUnknownTag is not retried in the background)", n)
+	}
+}

@@ -68,15 +68,20 @@ type Config struct {
 	// RetryDelay is how long TryNext waits after a failed fetch before it
 	// starts another one.
 	RetryDelay time.Duration
-	// Refill: after a failed fetch, fetch again in the background every
-	// RetryDelay until one succeeds, without waiting for a caller to ask
-	// this buffer (Tinyid's databases: while another database serves every
-	// call, the one that failed gets IDs in memory again once it is back,
-	// ready for the next outage).
+	// Refill: after a failed fetch, fetch again in the background
+	// RetryDelay (at least refillFloor) after each failure until one
+	// succeeds, without waiting for a caller to ask this buffer (Tinyid's
+	// databases: while another database serves every call, the one that
+	// failed gets IDs in memory again once it is back, ready for the next
+	// outage). One such retry at a time; none after an error that
+	// Retryable says will not go away by itself.
 	Refill bool
-	Now    func() time.Time
-	Fetch  Fetch
-	Obs    *observe.IDs // logger and metrics; nil: none
+	// Retryable reports whether a failed fetch's error may go away by
+	// itself (a database down); nil: every error.
+	Retryable func(error) bool
+	Now       func() time.Time
+	Fetch     Fetch
+	Obs       *observe.IDs // logger and metrics; nil: none
 	// ErrClosed is the error Next returns once the registry is closed and
 	// the segments in memory are used up.
 	ErrClosed error
@@ -435,19 +440,14 @@ func (b *Buffer) startFlight() *flight {
 		} else {
 			b.failedAt = time.Now()
 		}
+		failed := b.failedAt
 		f.err = err
 		b.flight = nil
 		b.pending.Store(false)
 		close(f.done)
 		b.mu.Unlock()
-		if err != nil && b.cfg.Refill {
-			t := time.NewTimer(b.cfg.RetryDelay)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-				b.prefetch() // unless a caller started a fetch meanwhile
-			}
+		if err != nil && b.cfg.Refill && (b.cfg.Retryable == nil || b.cfg.Retryable(err)) {
+			b.refill(ctx, failed)
 		}
 	})
 	if !started {
@@ -459,6 +459,29 @@ func (b *Buffer) startFlight() *flight {
 	b.flight = f
 	b.pending.Store(true)
 	return f
+}
+
+// refillFloor is the shortest wait of a background retry (Config.Refill),
+// whatever RetryDelay says: a store that fails at once is not asked again
+// in a loop.
+const refillFloor = 50 * time.Millisecond
+
+// refill is Config.Refill's retry of the fetch that failed at failed: after
+// RetryDelay it starts a fetch, unless another fetch failed since (its own
+// refill goes on instead), one succeeded, or one is under way.
+func (b *Buffer) refill(ctx context.Context, failed time.Time) {
+	t := time.NewTimer(max(b.cfg.RetryDelay, refillFloor))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failedAt.Equal(failed) && b.next == nil && b.flight == nil {
+		b.startFlight()
+	}
 }
 
 // NextStep adapts step to how long the last segment lasted (Leaf's rule):
