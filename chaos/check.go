@@ -691,16 +691,23 @@ func lastHolds(hs []*Hold, healed int64) string {
 		return "never held before the heal"
 	}
 	before = before[max(len(before)-3, 0):]
+	// rel says when t was: "… before the heal" or "… after the heal".
+	rel := func(t int64) string {
+		if t < healed {
+			return fmt.Sprintf("%v before the heal", time.Duration(healed-t).Round(time.Millisecond))
+		}
+		return fmt.Sprintf("%v after the heal", time.Duration(t-healed).Round(time.Millisecond))
+	}
 	parts := make([]string, len(before))
 	for i, h := range before {
 		end := "never released nor reported lost"
 		switch {
 		case h.Lost != 0:
-			end = fmt.Sprintf("reported lost %v after the heal", time.Duration(h.Lost-healed).Round(time.Millisecond))
+			end = "reported lost " + rel(h.Lost)
 		case h.Released != 0:
-			end = fmt.Sprintf("released (%s) %v after the heal", h.RelRes, time.Duration(h.Released-healed).Round(time.Millisecond))
+			end = fmt.Sprintf("released (%s) %s", h.RelRes, rel(h.Released))
 		case h.Release != 0:
-			end = fmt.Sprintf("release invoked %v after the heal, never answered", time.Duration(h.Release-healed).Round(time.Millisecond))
+			end = "release invoked " + rel(h.Release) + ", never answered"
 		}
 		parts[i] = fmt.Sprintf("%s (token %d) acquired %v before the heal, %s", h.ID, h.Token,
 			time.Duration(healed-h.Acquired).Round(time.Millisecond), end)

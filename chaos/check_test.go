@@ -415,7 +415,7 @@ func TestLiveness(t *testing.T) {
 			what = v.What
 		}
 	}
-	for _, want := range []string{"k0 not obtained in the 7s", "b/0/1 (token 100)", "released (ok)",
+	for _, want := range []string{"k0 not obtained in the 7s", "b/0/1 (token 100)", "released (ok) 1.899s before the heal",
 		"a/0/1 (token 101) acquired 99ms before the heal, never released nor reported lost"} {
 		if !strings.Contains(what, want) {
 			t.Errorf("stuck report %q lacks %q", what, want)

@@ -291,9 +291,9 @@ func (e *env) heal() error {
 // zkHealWait bounds the wait for the ensemble to serve again after the heal.
 const zkHealWait = 30 * time.Second
 
-// zkServing waits, up to d, until every node of nodes reports itself
-// leader, follower or standalone (srvr's Mode, which ZooKeeper reports only
-// once it serves sessions).
+// zkServing waits, up to d, until every node of nodes reports a Mode in
+// srvr's answer (leader, follower or standalone), which ZooKeeper does only
+// once it serves sessions.
 func zkServing(nodes []*testserver.ZKNode, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for _, n := range nodes {

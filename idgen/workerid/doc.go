@@ -129,7 +129,7 @@
 //   - stops issuing (idgen.ErrLeaseLost) the moment Lost closes;
 //   - saves its mark every checkpoint interval (WithCheckpoint, default 3 s;
 //     a save may take longer than a short interval, up to 2 s, so that a
-//     slow store still gets it; the next one starts at the next tick after).
+//     slow store still gets it; the next one then follows at once).
 //     With idgen.WithBorrow(ahead) each save is a reservation (the clock plus
 //     ahead) and the generator borrows only below the last one stored, so a
 //     restart after a crash starts above every ID it borrowed; keep the

@@ -172,8 +172,9 @@ const saveTimeout = 2 * time.Second
 
 func (l *Lease) checkpoints(stop <-chan struct{}) {
 	defer l.wg.Done()
-	// A save in progress ends when the lease is lost (the final save takes
-	// over at once) or stopped (Release saves the mark itself).
+	// A save in progress is cancelled when the lease is lost (the final save
+	// takes over at once) or stopped (Release saves the mark itself); it ends
+	// then if its store heeds the context between its calls.
 	saves, cancel := l.until(context.Background(), stop, l.lost)
 	defer cancel()
 	t := time.NewTicker(l.checkpoint)
