@@ -17,7 +17,7 @@ func TestMastersKilled(t *testing.T) {
 	rs := testserver.StartRedisMasters(t, 5)
 	// Fewer lost answers under -race; a hold left by a lost answer that its
 	// release did not reach either expires within 2 s.
-	opts := []redlock.Option{redlock.WithNodeTimeout(100 * time.Millisecond), redlock.WithDefaultTTL(2 * time.Second)}
+	opts := []redlock.Option{redlock.WithNodeTimeout(20 * time.Millisecond), redlock.WithDefaultTTL(2 * time.Second)}
 	lockers := []lock.Locker{newClient(t, rs, opts...), newClient(t, rs, opts...), newClient(t, rs, opts...)}
 	counter := dial(t, shared[0].Addr())[0] // outside the masters that die
 	begin := time.Now()
