@@ -23,8 +23,9 @@
 // (release.lua does nothing where the owner holds nothing); only masters
 // that answered "held by another owner" are skipped, as the script took
 // nothing there — before it retries or returns lock.ErrNotObtained; the
-// masters that had not answered are released in the background, so that
-// a silent master does not delay the next attempt. An answer that comes
+// masters that had not answered or answered with an error are released in
+// the background, so that a silent or dead master does not delay the next
+// attempt, or Obtain past its ctx, by more than the node timeout. An answer that comes
 // after such a failure, from a master that took the level (or may have:
 // an error), is released there again when it comes, since the first
 // release may have arrived before the acquisition.

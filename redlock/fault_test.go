@@ -267,3 +267,31 @@ func TestExtensionLosesQuorum(t *testing.T) {
 		t.Errorf("Release of a lost lease: %v", err)
 	}
 }
+
+// TestObtainWithinCtxMastersDead: with 3 of 5 masters killed (their
+// connections refused) and a node timeout of 100 ms, Obtain with a 500 ms
+// ctx returns soon after ctx ends: a failed round's releases on masters
+// that answered with an error run in the background, as on silent ones,
+// instead of holding the round for up to the slow bound (20 node timeouts).
+func TestObtainWithinCtxMastersDead(t *testing.T) {
+	rs := testserver.StartRedisMasters(t, 5)
+	const nodeTimeout = 100 * time.Millisecond
+	c := newClient(t, rs, redlock.WithNodeTimeout(nodeTimeout))
+	ctx := ctxTimeout(t, 10*time.Second)
+	mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // connections are up
+	for _, i := range []int{0, 2, 4} {
+		rs[i].Kill()
+	}
+	for range 3 {
+		octx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		start := time.Now()
+		_, err := c.Obtain(octx, uniqueKey(t))
+		cancel()
+		if !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("Obtain with 2 of 5 masters: %v", err)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond+2*nodeTimeout+300*time.Millisecond {
+			t.Fatalf("Obtain returned %v after start, ctx was 500ms and the node timeout %v", d, nodeTimeout)
+		}
+	}
+}

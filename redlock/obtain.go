@@ -295,7 +295,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs)), level: req.Request}
 	defer func() { fate.set(c, !a.ok) }()
 	var errs []error
-	unanswered := 0
+	unanswered, erred := 0, 0
 	for _, r := range rs {
 		a.missed[r.i] = r.done && (r.err != nil || !r.v.Held) // late answers leave by themselves
 		switch {
@@ -304,6 +304,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 			errs = append(errs, &NodeError{Node: r.i, Addr: c.addrs[r.i], Op: "acquire", Err: errNoAnswer})
 		case r.err != nil:
 			a.failed++
+			erred++
 			errs = append(errs, nodeErr(r.err, "acquire"))
 		case r.v.Held:
 			a.got++
@@ -344,20 +345,23 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	// round that never ran) it drops nothing, not even a level of a hold
 	// the owner has through another client.
 	//
-	// The masters that answered are released before the next attempt,
-	// each bounded by the slow bound. The silent ones are released in the
-	// background, so that a silent master costs the attempt the node
-	// timeout and no more; where such a release arrives before the
-	// acquisition it would undo, the acquisition's late answer (or its
-	// error) releases the level again (late above). An attempt of the same
-	// owner that reaches the master in between re-enters the hold with a
-	// level of its own, which this release does not drop.
-	answered := func(i int) bool { return rs[i].done && (rs[i].err != nil || rs[i].v.Held) }
-	c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(), answered, nil)
-	if unanswered > 0 {
+	// The masters that answered that they hold it are released before the
+	// next attempt, each bounded by the slow bound. The silent ones and
+	// those that answered with an error (a master down refuses every
+	// command, its release too, and would hold the round for the slow
+	// bound) are released in the background, so that such a master costs
+	// the attempt the node timeout and no more; where such a release
+	// arrives before the acquisition it would undo, the acquisition's late
+	// answer (or its error) releases the level again (late above). An
+	// attempt of the same owner that reaches the master in between
+	// re-enters the hold with a level of its own, which this release does
+	// not drop.
+	held := func(i int) bool { return rs[i].done && rs[i].err == nil && rs[i].v.Held }
+	c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(), held, nil)
+	if unanswered+erred > 0 {
 		c.background(func() {
 			c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, ttl, c.o.slowTimeout(),
-				func(i int) bool { return !rs[i].done }, nil)
+				func(i int) bool { return !rs[i].done || rs[i].err != nil }, nil)
 		})
 	}
 	a.err = errors.Join(append([]error{why}, errs...)...)
