@@ -25,10 +25,10 @@
 // nothing there — before it retries or returns lock.ErrNotObtained; the
 // masters that had not answered or answered with an error are released in
 // the background, so that a silent or dead master does not delay the next
-// attempt, or Obtain past its ctx, by more than the node timeout. An answer that comes
-// after such a failure, from a master that took the level (or may have:
-// an error), is released there again when it comes, since the first
-// release may have arrived before the acquisition.
+// attempt, or Obtain past its ctx, by more than the node timeout. An
+// answer that comes after such a failure, from a master that took the
+// level (or may have: an error), is released there again when it comes,
+// since the first release may have arrived before the acquisition.
 //
 // Per-node timeouts are enforced by the rounds, not by the masters'
 // clients: a round stops waiting for a master when the node timeout
