@@ -191,10 +191,12 @@
 // it rejoins (delayed restart), so that every lock it knew has expired
 // anyway.
 //
-// A failed attempt's release waits for every answer (up to 20 × the node
-// timeout per master) before the next attempt. A master stalled for longer
-// than that (SIGSTOP, swap) may still run the stale acquisition after its
-// release; releases name their level, so that stale level never costs
+// A failed attempt's release on the masters that said they hold it waits
+// for their answers (up to 20 × the node timeout per master) before the
+// next attempt; on the silent ones and those that answered with an error
+// it runs in the background, within the same bound. A master stalled for
+// longer than that (SIGSTOP, swap) may still run the stale acquisition
+// after its release; releases name their level, so that stale level never costs
 // another hold's level, but it stays on that master until its TTL runs out
 // (the owner's later holds there renew the hash and so keep it, until
 // they end).
