@@ -147,6 +147,9 @@ func backends() []backend {
 					t.Fatal(err)
 				}
 				for _, m := range masters {
+					// A quorum grants at once; a master that answers later
+					// takes its level then: delete once it has.
+					waitExists(t, m, n.Keys(key).Lock)
 					mustDel(t, m, n.Keys(key).Lock)
 				}
 			},
@@ -184,6 +187,20 @@ func mustDel(t *testing.T, r *testserver.Redis, key string) {
 	n, err := r.Client(t).Del(context.Background(), key).Result()
 	if err != nil || n != 1 {
 		t.Fatalf("DEL %s: %d, %v (want 1 key deleted)", key, n, err)
+	}
+}
+
+// waitExists waits, up to 2 s, until key exists on r.
+func waitExists(t *testing.T, r *testserver.Redis, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := r.Client(t).Exists(context.Background(), key).Result()
+		if err == nil && n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not on %s 2 s after the lock was obtained: %d, %v", key, r.Addr(), n, err)
+		}
 	}
 }
 
