@@ -116,7 +116,52 @@ func (p *process) signal(sig syscall.Signal) error {
 		return fmt.Errorf("testserver: %s (pid %d) has exited", p.name, p.cmd.Process.Pid)
 	default:
 	}
-	return p.cmd.Process.Signal(sig)
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	if sig == syscall.SIGSTOP {
+		waitStopped(p.cmd.Process.Pid, 2*time.Second)
+	}
+	return nil
+}
+
+// waitStopped waits, at most d, until every thread of pid is stopped
+// (state T in /proc/<pid>/task/*/stat). kill(2) returns before a stop
+// signal has stopped every thread: a thread that was running could still
+// answer a request sent right after Pause returned (a paused MariaDB once
+// answered a query within 300 ms in a CI run). Without /proc, or once pid
+// is gone, it returns at once.
+func waitStopped(pid int, d time.Duration) {
+	for end := time.Now().Add(d); !allStopped(pid) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allStopped reports whether no thread of pid runs: each one stopped (T,
+// t), or exiting (Z, X).
+func allStopped(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return true
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		// "tid (comm) S ...": the state follows the last ')' (comm may hold one).
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		switch b[i+2] {
+		case 'T', 't', 'Z', 'X':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // kill sends SIGKILL to the process by its PID and waits until it is reaped.

@@ -71,8 +71,12 @@ func (s *sqlServer) Pause() error {
 	if err := s.proc.signal(syscall.SIGSTOP); err != nil || !s.forks {
 		return err
 	}
-	for _, k := range children(s.proc.pid()) {
+	kids := children(s.proc.pid())
+	for _, k := range kids {
 		_ = syscall.Kill(k, syscall.SIGSTOP)
+	}
+	for _, k := range kids {
+		waitStopped(k, 2*time.Second)
 	}
 	return nil
 }
