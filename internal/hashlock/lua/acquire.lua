@@ -33,12 +33,11 @@ if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|'
 local metas = meta ~= '' and KEYS[5] or nil
 
 -- The common case: a free lock outside fair mode: the string form
--- (compact.lua), one SET that also tells whether the lock was free. It
--- runs before any function is defined: a closure costs Redis more time
--- than some of the hold's commands (fence.lua, queue.lua and compact.lua
--- go at the mark; fresh.lua is inlined below for that reason). The token
--- is new_token's (fence.lua), written into the hold first and corrected in
--- the rare case the counter is ahead of the clock (or floor).
+-- (compact.lua), one SET that also tells whether the lock was free. It runs before any function is defined: a closure costs Redis
+-- more time than some of the hold's commands (fence.lua, queue.lua and
+-- compact.lua go at the mark; fresh.lua is inlined below for that reason).
+-- The token is new_token's (fence.lua), written into the hold first and
+-- corrected in the rare case the counter is ahead of the clock (or floor).
 if not fair then
   local f, fs = tonumber(floor or 0) or 0
   if f > 0 then
@@ -85,9 +84,8 @@ if not fair then
 end
 --#queue
 
--- Held (the SET found the key), or fair. A string-form hold becomes its
--- hash: the paths below read and write hashes only. (A hold that ends in
--- this millisecond is gone: the hash's fresh path below takes the lock.)
+-- Held (the SET found the key), or fair. A string-form
+-- hold becomes its hash: the paths below read and write hashes only.
 local kind = redis.call('type', lock)['ok']
 local held = kind ~= 'none'
 if kind == 'string' then held = unstring(lock) end

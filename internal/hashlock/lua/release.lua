@@ -117,8 +117,8 @@ end
 -- passed to a waiter, who may take a token at once) a marker key does.
 -- (Incremented whatever it holds: a counter above the token, after a
 -- restore, stays increasing and a resend then answers "not held".) A
--- caller that names no token (a Node's without NodeRelease.Token) could
--- not find it there: the marker records its answer.
+-- caller that names no token (a Node's) could not find it there: the
+-- marker records its answer.
 -- Without WAITING no waiter is queued: delete, and read no queue (the
 -- common case, before queue.lua's helpers, and with no function of its own:
 -- a closure that captures the script's locals costs Redis time on every
