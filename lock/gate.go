@@ -219,14 +219,8 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 	keys := c.keys(l.key)
 	t := ln.take
 	sent := c.o.now()
-	form := hashlock.FormHash // handoff.lua's ARGV[10]: the form Redis keeps the hold in
-	c.mu.Lock()
-	if l.compact && !l.h.reentered {
-		form = hashlock.FormString
-	}
-	c.mu.Unlock()
 	res, err := hashlock.HandoffScript.Run(ctx, c.pipe, []string{keys[0], keys[1], keys[2], keys[3], keys[4], l.keys[3]},
-		l.owner, t.owner, t.o.TTL.Milliseconds(), c.argChan, l.id, t.id, "", c.argWindow, c.o.meta, form).Int64Slice()
+		l.owner, t.owner, t.o.TTL.Milliseconds(), c.argChan, l.id, t.id, "", c.argWindow, c.o.meta).Int64Slice()
 	switch {
 	case err != nil:
 		// Unknown: the lock may now be the liner's owner's. The liner takes

@@ -28,16 +28,13 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 	key, owner := h.k.key, h.k.owner
 	n := len(c.masters)
 	start := c.o.now()
-	c.mu.Lock()
-	form := h.form
-	c.mu.Unlock()
 	// The new level's id and the release's request id are the same on
 	// every master: a master that runs the hand-off twice (go-redis resent
 	// it) answers as the first time. One clock reading is every master's
 	// token floor, so that their tokens agree.
 	req := hashlock.NodeHandoff{Owner: owner, NewOwner: lr.owner, TTL: lr.ttl, Level: h.level,
 		NewLevel: c.node.WaiterID(c.id, c.nextSeq()), Request: c.node.WaiterID(c.id, c.nextSeq()),
-		Window: c.o.releaseWindow, Floor: start.UnixMicro(), NewMeta: c.o.meta, Form: form}
+		Window: c.o.releaseWindow, Floor: start.UnixMicro(), NewMeta: c.o.meta}
 	// A quorum decides a success at once; a failure is decided when every
 	// master answered or the node timeout passed. A master where h's owner
 	// holds more levels (the same owner through another client) hands

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
@@ -25,7 +24,6 @@ type hold struct {
 	levels int       // protected by Client.mu
 	token  int64
 	level  string // the id of the hold's level on the masters (hashlock.NodeRelease's Level)
-	form   string // the hold's form on the masters (hashlock.NodeRelease's Form), protected by Client.mu
 	ttl    time.Duration
 	wd     *watchdog.Watchdog
 	place  *place // the local line's front, given up when the hold ends or is lost; or nil
@@ -101,13 +99,12 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lockopt.Obta
 	old := c.holds[k]
 	if old != nil && old.wd.Err() == nil && !c.closed && a.fresh <= len(c.masters)-c.quorum {
 		old.levels++
-		old.form = hashlock.FormHash // re-entered on the masters: acquire.lua made the hash
 		c.mu.Unlock()
 		c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, o.TTL, c.o.slowTimeout(), nil, nil)
 		pl.leave()
 		return &lease{c: c, h: old}
 	}
-	h := &hold{c: c, k: k, since: a.start, levels: 1, token: a.token, level: a.level, form: a.form(), ttl: o.TTL, place: pl}
+	h := &hold{c: c, k: k, since: a.start, levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
 	h.wd = c.startWatchdog(h, o, a.start)
 	c.holds[k] = h
 	closed := c.closed
@@ -265,10 +262,7 @@ func (l *lease) release(ctx context.Context) error {
 		}
 	}
 	n := len(c.masters)
-	c.mu.Lock()
-	form := h.form
-	c.mu.Unlock()
-	rs := c.releaseHoldOn(ctx, h.k.key, h.k.owner, h.level, form, h.token, h.ttl, c.o.slowTimeout(), nil, func(out []reply[int64]) bool {
+	rs := c.releaseOn(ctx, h.k.key, h.k.owner, h.level, h.ttl, c.o.slowTimeout(), nil, func(out []reply[int64]) bool {
 		held, not := 0, 0
 		for _, r := range out {
 			switch {

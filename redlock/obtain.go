@@ -243,21 +243,6 @@ type attempt struct {
 	level     string // the id of the level the round took on each master (hashlock.NodeAcquire's Request)
 	fresh     int    // masters where the round took a new hold (the owner held nothing there)
 	reentered int    // masters that answered that the owner held the lock already
-	compact   int    // masters where the new hold is in the string form (hashlock.NodeResult's Compact)
-}
-
-// form is the form of the hold the attempt took on the masters that
-// answered (hashlock.NodeRelease's Form): the string form if every one
-// made it, the hash if none did, "" (unknown: each master asks TYPE) if
-// they differ.
-func (a attempt) form() string {
-	switch a.compact {
-	case 0:
-		return hashlock.FormHash
-	case a.got:
-		return hashlock.FormString
-	}
-	return ""
 }
 
 // attempt runs acquire.lua on every master in parallel, each bounded by
@@ -328,9 +313,6 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 				a.fresh++
 			} else {
 				a.reentered++
-			}
-			if r.v.Compact {
-				a.compact++
 			}
 		default:
 			a.elsewhere++
@@ -432,19 +414,11 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[hashlock
 // TTL. It returns the answers.
 func (c *Client) releaseOn(ctx context.Context, key, owner, level string, ttl time.Duration,
 	timeout time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
-	return c.releaseHoldOn(ctx, key, owner, level, "", 0, ttl, timeout, on, enough)
-}
-
-// releaseHoldOn is releaseOn for a hold whose form and token
-// (hashlock.NodeRelease's Form and Token) are known: the masters record a
-// release's answer in the counter, not in a marker key.
-func (c *Client) releaseHoldOn(ctx context.Context, key, owner, level, form string, token int64, ttl time.Duration,
-	timeout time.Duration, on func(i int) bool, enough func([]reply[int64]) bool) []reply[int64] {
 	req := c.node.WaiterID(c.id, c.nextSeq())
 	return fanOut(c, ctx, timeout, on, enough, nil,
 		func(ctx context.Context, i int, done func(int64, error)) {
 			c.node.ReleaseGo(ctx, c.pipes[i], key, hashlock.NodeRelease{
-				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow, Level: level, Form: form, Token: token,
+				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow, Level: level,
 			}, done)
 		})
 }

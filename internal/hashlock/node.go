@@ -149,9 +149,6 @@ type NodeResult struct {
 	// Wait is how long the other owner's hold lasts at most (its PTTL), or
 	// how long to wait before trying again. Only without Held.
 	Wait time.Duration
-	// Compact: the new hold is in the string form (lua/compact.lua); its
-	// release can say so (NodeRelease's Form). Only with Held.
-	Compact bool
 }
 
 // AsyncScripter runs a Lua script without waiting for it: fn gets the
@@ -215,12 +212,7 @@ func parseAcquire(lockKey string, cmd *redis.Cmd) (NodeResult, error) {
 	v, _ := res[1].(int64)
 	if st == 1 && len(res) >= 3 {
 		f, _ := res[2].(int64)
-		r := NodeResult{Held: true, Fresh: f == 1, Token: v}
-		if len(res) > 3 {
-			c, _ := res[3].(int64)
-			r.Compact = c == 1
-		}
-		return r, nil
+		return NodeResult{Held: true, Fresh: f == 1, Token: v}, nil
 	}
 	return NodeResult{Wait: time.Duration(max(v, 1)) * time.Millisecond}, nil
 }
@@ -242,24 +234,7 @@ type NodeRelease struct {
 	// holds the lock through another hold (one taken after this level's
 	// was lost). Default: any level of the owner.
 	Level string
-	// Token, if not 0, is the hold's fencing token on this server, or the
-	// token the caller's counter raising left there: the outermost
-	// release records its answer for a resend in the counter (token + 1)
-	// instead of a marker key that lives for Window. Without it (or if
-	// the counter no longer equals it) the marker records it.
-	Token int64
-	// Form is the form the hold is in, if the caller knows it: FormString
-	// (NodeResult's Compact), FormHash (re-entered, or made by a hand-off
-	// or a grant), or "": the script asks TYPE (one more command). A wrong
-	// one costs an error reply and a second read.
-	Form string
 }
-
-// The forms of a hold (NodeRelease's and NodeHandoff's Form).
-const (
-	FormString = "1"
-	FormHash   = "0"
-)
 
 // Release drops one hold level of key on rdb (release.lua); at zero it
 // deletes the lock and passes it to the first live queued waiter: a
@@ -283,15 +258,7 @@ func (n Node) releaseArgs(key string, r NodeRelease) ([]string, []any) {
 	}
 	k := LockKeys(n.pfx(), key)
 	return []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1], k[4]},
-		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx(), r.Level, tokenArg(r.Token), r.Form}
-}
-
-// tokenArg is a release's token argument: "" for none.
-func tokenArg(t int64) any {
-	if t <= 0 {
-		return ""
-	}
-	return t
+		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx(), r.Level}
 }
 
 func parseRelease(lockKey string, cmd *redis.Cmd) (int64, error) {
@@ -356,8 +323,6 @@ type NodeHandoff struct {
 	Floor int64
 	// NewMeta is the new owner's holder metadata (NodeAcquire's Meta).
 	NewMeta string
-	// Form is the releasing hold's form, as NodeRelease's.
-	Form string
 }
 
 // Outcomes of a hand-off (NodeHandoffResult.Outcome).
@@ -420,7 +385,7 @@ func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {
 		keys = append(keys, keys[0]+":r:"+h.Request)
 	}
 	return keys, []any{h.Owner, h.NewOwner, max(h.TTL.Milliseconds(), 1), n.wakePfx(), h.Level, h.NewLevel,
-		max(h.Floor, 0), h.Window.Milliseconds(), h.NewMeta, h.Form}, nil
+		max(h.Floor, 0), h.Window.Milliseconds(), h.NewMeta}, nil
 }
 
 func parseHandoff(lockKey string, cmd *redis.Cmd) (NodeHandoffResult, error) {

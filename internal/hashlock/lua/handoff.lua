@@ -23,8 +23,6 @@
 -- ARGV[7] token floor in µs (new_token), or ""/absent
 -- ARGV[8] marker TTL in ms (with KEYS[6])
 -- ARGV[9] the new owner's holder metadata (META, fence.lua), or ""/absent
--- ARGV[10] the releasing hold's form, if the caller knows it: "1" the
---         string form (compact.lua), "0" the hash; ""/absent: TYPE says
 --
 -- Returns {1, token}: handed over (token: the new owner's fencing token);
 -- {0}: released (passed to another client's waiter); {-1}: owner did not
@@ -44,8 +42,7 @@ end
 
 -- A string-form hold (compact.lua) becomes its hash: the paths below read
 -- and write hashes only.
-local form = ARGV[10] or ''
-if form == '1' or (form == '' and redis.call('type', lock)['ok'] == 'string') then unstring(lock) end
+if redis.call('type', lock)['ok'] == 'string' then unstring(lock) end
 if req == '' then
   -- No level to check: what it did first (owner may be newOwner).
   local r = ran()
