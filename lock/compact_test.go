@@ -74,7 +74,7 @@ func TestCompactHold(t *testing.T) {
 			if f, _ := rdb.Get(ctx, hash+":fence").Int64(); f != outer.Token()+1 {
 				t.Fatalf("counter %d after the outermost release, want token + 1 = %d", f, outer.Token()+1)
 			}
-			// The client refuses a second Release of the same lease.
+			// A resent release of the string hold answers "released".
 			if err := outer.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 				t.Fatalf("second Release of the same lease: %v, want ErrNotHeld (the lease is done)", err)
 			}

@@ -58,7 +58,7 @@ var (
 	AcquireScript      = redis.NewScript(withLateHelpers(inline(acquireLua, freshMark, freshLua)))
 	ReleaseScript      = redis.NewScript(withLateHelpers(releaseLua))
 	HandoffScript      = redis.NewScript(withHelpers(handoffLua))
-	RenewScript        = redis.NewScript(fieldsLua + compactLua + renewLua)
+	RenewScript        = redis.NewScript(renewLua)
 	LeaveScript        = redis.NewScript(withHelpers(leaveLua))
 	ForceReleaseScript = redis.NewScript(withHelpers(forceReleaseLua))
 	InspectScript      = redis.NewScript(fieldsLua + compactLua + inspectLua)

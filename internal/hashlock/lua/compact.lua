@@ -1,14 +1,13 @@
--- compact: the lock's string form, after queue.lua (scripts.go; after
--- fields.lua alone in renew.lua and inspect.lua). A fresh
+-- compact: the lock's string form, after queue.lua (scripts.go). A fresh
 -- hold of one level with no waiter behind it is a string (acquire.lua's
 -- common path): "<token>\0<level id>\0<owner>", or with holder metadata
 -- "m<bytes>:<metadata><token>\0<level id>\0<owner>", with the hold's TTL,
 -- so that one SET takes the lock and one GET reads it. It stands for the
 -- hash {owner = 1, TOKEN = token, LEVEL .. id = 1, META = metadata} (no
--- level field when the id is "", no META without metadata). release.lua
--- (with an inline copy of parse_hold: its common path defines no closure)
--- and renew.lua read it as it is; every other path turns it into that hash
--- first (unstring), and then works on the hash alone. (A token is digits, so "m" marks metadata; a level id
+-- level field when the id is "", no META without metadata). release.lua and
+-- renew.lua read it as it is (their copies of parse_hold are inline); every
+-- other path turns it into that hash first (unstring), and then works on
+-- the hash alone. (A token is digits, so "m" marks metadata; a level id
 -- has no NUL byte, hashlock.Node checks; an owner and metadata may.)
 
 -- parse_hold splits a string-form hold into its token, level id, owner

@@ -1,6 +1,4 @@
--- renew: extend the lock's TTL if owner still holds it, in the same hold
--- (after fields.lua and compact.lua, scripts.go: renewals are rare, and
--- compact.lua's closures cost them little).
+-- renew: extend the lock's TTL if owner still holds it, in the same hold.
 --
 -- KEYS[1] lock hash    <prefix>{key}
 -- ARGV[1] owner
@@ -32,11 +30,18 @@ if s == nil then
 end
 if s ~= nil then
   if not s then return 0 end
-  local tok, lvl, holder = parse_hold(s)
-  if not tok then return redis.error_reply('lock: ' .. KEYS[1] .. ' holds a string that is not a lock') end
-  if holder ~= ARGV[1] then return 0 end
-  if token ~= '' and tok ~= token then return 0 end
-  if level ~= '' and lvl ~= level then return 0 end
+  local i = 1 -- (parse_hold in compact.lua, inline)
+  if string.byte(s, 1) == 109 then
+    local c = string.find(s, ':', 2, true)
+    local n = c and tonumber(string.sub(s, 2, c - 1))
+    i = n and c + n + 1 or 0
+  end
+  local a = i > 0 and string.find(s, '\0', i, true)
+  local b = a and string.find(s, '\0', a + 1, true)
+  if not b then return redis.error_reply('lock: ' .. KEYS[1] .. ' holds a string that is not a lock') end
+  if string.sub(s, b + 1) ~= ARGV[1] then return 0 end
+  if token ~= '' and string.sub(s, i, a - 1) ~= token then return 0 end
+  if level ~= '' and string.sub(s, a + 1, b - 1) ~= level then return 0 end
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 1
 end
