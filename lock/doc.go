@@ -57,18 +57,13 @@
 // Otherwise queue the caller's waiter entry (or refresh its deadline to
 // server time + the waiter timeout) and return the holder's PTTL and the
 // fencing counter's value. The string form exists for the uncontended
-// lock+release, the common case: 8 Redis commands per pair instead of 10
-// and about a seventh less script time (bench/README.md, run 8); every
-// path but the common release and renewal works on the hash alone.
-// Clients of versions before the string form read only hashes: while a
-// newer client holds a key in its string form, their Obtain fails with
-// Redis's WRONGTYPE error (it takes nothing, so exclusion holds), and so do
-// their Inspect and ForceRelease; their renewal or release of a hold of
-// their own that vanished and was taken by a newer client fails the same
-// way instead of answering "not held", so they learn of the loss when
-// their renewals have failed for a TTL, not at the next one (fencing
-// tokens still protect the resource). Upgrade every client of a key
-// together.
+// lock+release, the common case: it costs Redis a third less time per pair
+// than the hash (bench/README.md); every path but the common release and
+// renewal works on the hash alone. Clients of versions before the string
+// form read only hashes: while a newer client holds a key in its string
+// form, their Obtain fails with Redis's WRONGTYPE error (it takes nothing,
+// so exclusion holds), and so do their Inspect and ForceRelease. Upgrade
+// every client of a key before relying on them.
 //
 // Release (release.lua): not the owner's level → not held. A string hold is
 // deleted (nobody is queued behind it). Decrement; at zero

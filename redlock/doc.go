@@ -151,8 +151,6 @@
 //
 //	P{key}            hash    owner -> hold count; PEXPIRE TTL; "\x00t" the master's token of the
 //	                          hold, "\x00l:<id>" the level of round <id> (package lock)
-//	           or     string  a fresh hold of one level, the same fields in package lock's string
-//	                          form: "<token>\x00<id>\x00<owner>" (metadata in front), PX TTL
 //	P{key}:fence      string  fencing counter; raised by raise_fence.lua
 //	P{key}:q          list    queued waiter ids "<client id>:<n>"
 //	P{key}:qt         zset    waiter id -> deadline (server time, ms)
