@@ -74,10 +74,6 @@ type hold struct {
 	since  time.Time // when its acquisition was sent
 	made   time.Time // when its acquisition's answer made it (requests sent later see it in Redis)
 	gate   *gateHold // the local line's front, given up when the hold ends or is lost; or nil
-	// reentered: a second level joined; Redis keeps a re-entered hold as
-	// a hash (acquire.lua converts the string form), what release.lua
-	// reads first.
-	reentered bool
 }
 
 // subscription is the client's one Pub/Sub connection, subscribed to its

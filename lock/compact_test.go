@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -211,54 +210,5 @@ func TestCompactHoldCounterAhead(t *testing.T) {
 	}
 	if f, _ := rdb.Get(ctx, hash+":fence").Int64(); f != ahead+2 {
 		t.Fatalf("counter %d after the release, want %d", f, ahead+2)
-	}
-}
-
-// TestCompactNoErrorReplies: reading a hold in the wrong form is an error
-// reply that Redis counts (INFO errorstats) even when the script catches
-// it; the common paths never make one: renewals and releases of string
-// holds, of re-entered (hash) holds, and a Node's calls, which do not know
-// the form.
-func TestCompactNoErrorReplies(t *testing.T) {
-	srv := testserverRedis(t)
-	rdb := srv.Client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	c := newClient(t, srv)
-	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	key := uniqueKey(t)
-	l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
-	time.Sleep(700 * time.Millisecond) // two renewals
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	octx := lock.WithOwner(ctx, "o")
-	outer := mustObtain(t, octx, c, key, lock.WithTTL(300*time.Millisecond))
-	inner := mustObtain(t, octx, c, key)
-	time.Sleep(400 * time.Millisecond) // a renewal of the hash
-	for _, l := range []lock.Lease{inner, outer} {
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n, _ := hashlock.NewNode("")
-	if _, err := n.Acquire(ctx, rdb, key, hashlock.NodeAcquire{Owner: "n", TTL: 10 * time.Second, Request: "c:1"}); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := n.Renew(ctx, rdb, key, "n", "c:1", 10*time.Second); err != nil || !ok {
-		t.Fatalf("Node renew: %v %v", ok, err)
-	}
-	if left, err := n.Release(ctx, rdb, key, hashlock.NodeRelease{Owner: "n", TTL: time.Second, Request: "c:2", Level: "c:1"}); err != nil || left != 0 {
-		t.Fatalf("Node release: %d %v", left, err)
-	}
-	s, err := rdb.Info(ctx, "errorstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// (Others are expected: NOSCRIPT for each script's first EVALSHA on this
-	// new server, ERR for go-redis's CLIENT SETINFO, which Redis 7.0 lacks.)
-	if strings.Contains(s, "errorstat_WRONGTYPE") {
-		t.Fatalf("error replies counted: %s", s)
 	}
 }

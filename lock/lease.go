@@ -115,9 +115,6 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 		c.holds[k] = h
 	}
 	closed := c.closed
-	if h.levels > 0 {
-		h.reentered = true
-	}
 	h.levels++
 	l.h = h
 	c.mu.Unlock()
@@ -198,10 +195,6 @@ func (l *lease) release(ctx context.Context) error {
 	c.mu.Lock()
 	busy := l.released || l.releasing
 	l.releasing = true
-	form := argNo // release.lua's ARGV[7]: the form Redis keeps the hold in
-	if l.compact && !l.h.reentered {
-		form = argYes
-	}
 	c.mu.Unlock()
 	if busy { // released, or being released by a concurrent call
 		return ErrNotHeld
@@ -221,6 +214,10 @@ func (l *lease) release(ctx context.Context) error {
 			return unanswered(l.h.wd, expired, l.key, err)
 		}
 		return err
+	}
+	form := argEmpty // release.lua's ARGV[7]: the form to read first
+	if l.compact {
+		form = argYes
 	}
 	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token, form).Int64()
 	if err != nil {

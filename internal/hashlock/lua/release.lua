@@ -28,10 +28,9 @@
 -- ARGV[4] wake-up channel prefix
 -- ARGV[5] the level's id (acquire.lua's request id), or ""/absent
 -- ARGV[6] the hold's fencing token, or ""/absent (see below)
--- ARGV[7] the hold's form, if the caller knows it: "1" the string form
---         (compact.lua), "0" the hash; ""/absent: TYPE says. A wrong one
---         costs an error reply (WRONGTYPE, counted in INFO errorstats) and
---         a second read; either form is found either way
+-- ARGV[7] "1" if the hold was taken in the string form (compact.lua; read
+--         first as a string), or ""/absent (read first as a hash); either
+--         form is found either way
 --
 -- Returns the hold levels left (0: freed), or -1 if owner did not hold the lock.
 local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -46,14 +45,10 @@ if req == '' then
 end
 local lvl = LEVEL .. req
 -- s: the string form's value, or false if there is no key; v: the hash's
--- fields. A read of the wrong form is an error reply (pcall), and the other
--- read follows.
+-- fields. Each read of the wrong form is an error reply (pcall), and the
+-- other read follows.
 local s, v
-local form = ARGV[7] or ''
-if form == '' then
-  if redis.call('type', lock)['ok'] == 'string' then form = '1' end
-end
-if form == '1' then
+if ARGV[7] == '1' then
   s = redis.pcall('get', lock)
   if type(s) == 'table' then
     s = nil
@@ -81,7 +76,7 @@ if s ~= nil then
     if not b then return redis.error_reply('lock: ' .. lock .. ' holds a string that is not a lock') end
     if string.sub(s, b + 1) == owner and (req == '' or string.sub(s, a + 1, b - 1) == req) then
       redis.call('del', lock)
-      if tok then redis.call('incr', fence) else redis.call('set', marker, 0, 'px', markerTTL) end
+      redis.call('incr', fence)
       return 0
     end
   end
@@ -116,22 +111,20 @@ end
 -- token finds it so, with no key to write and expire on the common path. Otherwise (the lock
 -- passed to a waiter, who may take a token at once) a marker key does.
 -- (Incremented whatever it holds: a counter above the token, after a
--- restore, stays increasing and a resend then answers "not held".) A
--- caller that names no token (a Node's) could not find it there: the
--- marker records its answer.
+-- restore, stays increasing and a resend then answers "not held".)
 -- Without WAITING no waiter is queued: delete, and read no queue (the
 -- common case, before queue.lua's helpers, and with no function of its own:
 -- a closure that captures the script's locals costs Redis time on every
 -- call).
 if not v[4] then
   redis.call('del', lock)
-  if v[3] and tok then redis.call('incr', fence) else redis.call('set', marker, 0, 'px', markerTTL) end
+  if v[3] then redis.call('incr', fence) else redis.call('set', marker, 0, 'px', markerTTL) end
   return 0
 end
 --#queue
 -- pass deletes the hash either way. A hash without TOKEN (written by an
 -- older version) has no token to record in the counter: the marker.
-if pass(lock, fence, queue, deadlines, prefix, KEYS[6]) or not v[3] or not tok then
+if pass(lock, fence, queue, deadlines, prefix, KEYS[6]) or not v[3] then
   redis.call('set', marker, 0, 'px', markerTTL)
 else
   redis.call('incr', fence)

@@ -5,9 +5,8 @@
 -- ARGV[2] TTL in ms
 -- ARGV[3] the hold's fencing token, or ""/absent
 -- ARGV[4] a level of the hold (acquire.lua's request id), or ""/absent
--- ARGV[5] the hold's form, if the caller knows it: "1" the string form
---         (compact.lua), "0" the hash; ""/absent: TYPE says (a wrong one
---         costs an error reply and a second read)
+-- ARGV[5] "1" if the hold was taken in the string form (compact.lua, read
+--         first as a string), or ""/absent; either form is found either way
 --
 -- A hold of the same owner with another token, or without that level (this
 -- one was lost, and the owner took the lock again, through this client or
@@ -18,9 +17,7 @@ local token, level = ARGV[3] or '', ARGV[4] or ''
 -- s: the string form's value (false: no key), v: the hash's fields; a read
 -- of the wrong form is an error reply (pcall), and the other read follows.
 local s, v
-local form = ARGV[5] or ''
-if form == '' and redis.call('type', KEYS[1])['ok'] == 'string' then form = '1' end
-if form == '1' then
+if ARGV[5] == '1' then
   s = redis.pcall('get', KEYS[1])
   if type(s) == 'table' then s = nil end
 end
