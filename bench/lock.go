@@ -165,29 +165,6 @@ func commandstats(ctx context.Context, rdb redis.UniversalClient) (map[string]in
 	return m, nil
 }
 
-// scriptUsec returns the µs Redis spent running Lua scripts (EVALSHA and
-// EVAL in INFO commandstats; a script's commands are inside its time).
-func scriptUsec(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
-	s, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, err
-	}
-	var us float64
-	for _, line := range strings.Split(s, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				x, _ := strconv.ParseFloat(v, 64)
-				us += x
-			}
-		}
-	}
-	return us, nil
-}
-
 func statsDelta(before, after map[string]int64) int64 {
 	var n int64
 	for k, v := range after {

@@ -327,10 +327,10 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
 
 // procRun is one measured run of n workers with the same arguments.
 type procRun struct {
-	perSec, calls, cpuUS, scriptUS, mallocs, failed, clientUS float64
-	waitsUS                                                   []int64
-	counts                                                    []int64
-	holds                                                     [][]int64
+	perSec, calls, cpuUS, mallocs, failed, clientUS float64
+	waitsUS                                         []int64
+	counts                                          []int64
+	holds                                           [][]int64
 }
 
 func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib string, args ...string) (procRun, error) {
@@ -356,10 +356,6 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 		return procRun{}, err
 	}
 	cpu0, err := redisCPU(ctx, admin)
-	if err != nil {
-		return procRun{}, err
-	}
-	script0, err := scriptUsec(ctx, admin)
 	if err != nil {
 		return procRun{}, err
 	}
@@ -389,18 +385,13 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 	if err != nil {
 		return procRun{}, err
 	}
-	script1, err := scriptUsec(ctx, admin)
-	if err != nil {
-		return procRun{}, err
-	}
 	stats1, err := commandstats(ctx, admin)
 	if err != nil {
 		return procRun{}, err
 	}
 	p := float64(max(pairs, 1))
-	r.scriptUS = (script1 - script0) / p
 	r.perSec = float64(pairs) / secs
-	r.calls = float64(statsDelta(stats0, stats1)-5) / p // less the five INFO calls counted between the two readings
+	r.calls = float64(statsDelta(stats0, stats1)-2) / p // less the INFO cpu and commandstats calls
 	r.cpuUS = (cpu1 - cpu0) * 1e6 / p
 	r.mallocs = mallocs / p
 	r.clientUS = clientUS / p
@@ -513,14 +504,13 @@ func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClien
 	base := med("redislock", func(r procRun) float64 { return r.perSec })
 	t := Table{
 		Title: fmt.Sprintf("(a) uncontended, each library in its own process: 32 goroutines, each lock+release of its own key (median of %d interleaved rounds of %v, a fresh process per round)", env.Rounds, env.Dur),
-		Cols:  []string{"library", "pairs/s", "vs redislock", "Redis calls/pair (incl. in scripts)", "Redis CPU µs/pair", "scripts µs/pair (in Redis CPU)", "client CPU µs/pair", "allocs/pair (client)"},
+		Cols:  []string{"library", "pairs/s", "vs redislock", "Redis calls/pair (incl. in scripts)", "Redis CPU µs/pair", "client CPU µs/pair", "allocs/pair (client)"},
 	}
 	for _, name := range libs {
 		ps := med(name, func(r procRun) float64 { return r.perSec })
 		t.Row(name, ps, Ratio(ps, base),
 			med(name, func(r procRun) float64 { return r.calls }),
 			med(name, func(r procRun) float64 { return r.cpuUS }),
-			med(name, func(r procRun) float64 { return r.scriptUS }),
 			med(name, func(r procRun) float64 { return r.clientUS }),
 			med(name, func(r procRun) float64 { return r.mallocs }))
 	}

@@ -350,7 +350,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 		if w == nil {
 			w = argEmpty
 		}
-		res, err := c.acquire(ctx, keys[:c.acquireKeys], argOwner, argTTL, w, c.argFair, c.argBound, argID)
+		res, err := c.acquire(ctx, keys[:c.acquireKeys], argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued, argID)
 		if err != nil {
 			// The script may have run and its answer been lost for good
 			// (a ctx that ended mid-flight, retries exhausted or off): it
@@ -441,7 +441,7 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 		err  error
 	)
 	if c.argMeta != nil {
-		args = append(args, argEmpty, c.argMeta) // ARGV[7] (no token floor), ARGV[8]
+		args = append(args, argEmpty, c.argMeta) // ARGV[9] (no token floor), ARGV[10]
 	}
 	if c.o.replicas == 0 {
 		res, err = hashlock.AcquireScript.Run(ctx, c.pipe, keys, args...).Slice()

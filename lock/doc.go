@@ -59,11 +59,7 @@
 // fencing counter's value. The string form exists for the uncontended
 // lock+release, the common case: it costs Redis a third less time per pair
 // than the hash (bench/README.md); every path but the common release and
-// renewal works on the hash alone. Clients of versions before the string
-// form read only hashes: while a newer client holds a key in its string
-// form, their Obtain fails with Redis's WRONGTYPE error (it takes nothing,
-// so exclusion holds), and so do their Inspect and ForceRelease. Upgrade
-// every client of a key before relying on them.
+// renewal works on the hash alone.
 //
 // Release (release.lua): not the owner's level → not held. A string hold is
 // deleted (nobody is queued behind it). Decrement; at zero

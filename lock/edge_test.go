@@ -66,7 +66,7 @@ func TestTTLWholeMilliseconds(t *testing.T) {
 
 // TestHolderOwnStaleEntryDropped: a call queued its waiter entry, its
 // answer was lost, and the same call (the script resent) then acquired the
-// free lock: the entry must leave the queue, so that
+// free lock, its Queued flag unset: the entry must leave the queue, so that
 // the release does not grant the lock to it (nobody would take it).
 func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
@@ -79,8 +79,8 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	id := "c0ffee:1"
 	waiter := id + "|5000|" + "owner-a"
 	// acquire.lua's arguments: owner, TTL, waiter, fair, waiter bound,
-	// request id.
-	args := []any{"owner-a", 5000, waiter, "0", 5000, id}
+	// channel prefix, queued, request id.
+	args := []any{"owner-a", 5000, waiter, "0", 5000, lock.DefaultPrefix + "wake:", "0", id}
 	if err := rdb.HSet(ctx, k.Lock, "owner-b", 1).Err(); err != nil { // held by another
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestReentryLeavesQueue(t *testing.T) {
 	keys := []string{k.Lock, k.Fence, k.Queue, k.Deadlines}
 	acquire := lock.Scripts()["acquire.lua"]
 	args := func(owner, id string) []any {
-		return []any{owner, 5000, id + "|5000|" + owner, "1", 5000, id}
+		return []any{owner, 5000, id + "|5000|" + owner, "1", 5000, lock.DefaultPrefix + "wake:", "0", id}
 	}
 	if err := rdb.HSet(ctx, k.Lock, "owner-x", 1).Err(); err != nil {
 		t.Fatal(err)

@@ -111,6 +111,9 @@ type NodeAcquire struct {
 	// Waiter, if not empty, is queued (or has its deadline refreshed) when
 	// the lock is held by another owner. Make it with WaiterID.
 	Waiter string
+	// Queued says the waiter may already be queued (a later attempt); the
+	// acquisition then removes it from the queue.
+	Queued bool
 	// Fair makes a free lock go to the first live waiter only.
 	Fair bool
 	// WaiterTimeout is how long a queued waiter keeps its place without
@@ -183,9 +186,12 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 	if a.WaiterTimeout <= 0 {
 		a.WaiterTimeout = DefaultWaiterTimeout
 	}
-	fair := "0"
+	fair, queued := "0", "0"
 	if a.Fair {
 		fair = "1"
+	}
+	if a.Queued && a.Waiter != "" {
+		queued = "1"
 	}
 	if strings.Contains(a.Waiter, "|") || strings.HasPrefix(a.Owner, "\x00") {
 		return nil, nil, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
@@ -197,7 +203,7 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 		return nil, nil, fmt.Errorf("%w: holder metadata of %d bytes (at most %d)", ErrInvalid, len(a.Meta), MaxMeta)
 	}
 	return LockKeys(n.pfx(), key), []any{a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
-		a.WaiterTimeout.Milliseconds(), a.Request, max(a.Floor, 0), a.Meta}, nil
+		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued, a.Request, max(a.Floor, 0), a.Meta}, nil
 }
 
 func parseAcquire(lockKey string, cmd *redis.Cmd) (NodeResult, error) {
