@@ -368,9 +368,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 			if res.fresh && res.acks < c.o.replicas {
 				return nil, c.undo(ctx, key, keys, owner, id, o.TTL.Milliseconds(), res.acks)
 			}
-			l := c.newLease(key, keys, owner, id, res.token, o, sent, gh)
-			l.compact = res.compact
-			return l, nil
+			return c.newLease(key, keys, owner, id, res.token, o, sent, gh), nil
 		}
 		c.notHeld(key, owner) // a live local hold of owner's is gone
 		if !wait {
@@ -425,12 +423,11 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 }
 
 type acquired struct {
-	held    bool
-	fresh   bool
-	compact bool  // held in the string form (internal/hashlock/lua/compact.lua)
-	token   int64 // held: the fencing token; not held: the counter's value
-	wait    time.Duration
-	acks    int
+	held  bool
+	fresh bool
+	token int64 // held: the fencing token; not held: the counter's value
+	wait  time.Duration
+	acks  int
 }
 
 // acquire runs acquire.lua, pipelined with WAIT when replicas are required.
@@ -459,12 +456,7 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 	v, _ := res[1].(int64)
 	if st == 1 {
 		f, _ := res[2].(int64)
-		a = acquired{held: true, fresh: f == 1, token: v, acks: int(acks)}
-		if len(res) > 3 {
-			c, _ := res[3].(int64)
-			a.compact = c == 1
-		}
-		return a, nil
+		return acquired{held: true, fresh: f == 1, token: v, acks: int(acks)}, nil
 	}
 	a = acquired{wait: time.Duration(max(v, 1)) * time.Millisecond}
 	if len(res) > 2 {

@@ -18,9 +18,6 @@
 //	                          ("1" fresh, "0" re-entry), "\x00grant" a granted waiter's entry,
 //	                          "\x00p" the level id a hand-off released, "\x00w" a waiter may be queued,
 //	                          "\x00m" the holder's metadata (WithHolderMeta)
-//	           or     string  a fresh hold of one level with nobody queued behind it, PX TTL:
-//	                          "<token>\x00<call id>\x00<owner>", with metadata "m<bytes>:<metadata>" in front;
-//	                          it stands for the hash {owner: 1, "\x00t": token, "\x00l:<call id>": 1}
 //	P{key}:fence      string  fencing counter; no TTL, never deleted by a release
 //	P{key}:q          list    queued waiters, in arrival order: "<client id>:<n>|<grant ms>|<owner>"
 //	P{key}:qt         zset    waiter -> deadline (Redis server time, ms)
@@ -46,23 +43,16 @@
 // write and one read for the batch). An idle client sends each call at
 // once, as a plain EVALSHA.
 //
-// Acquire (acquire.lua): if the lock is free, take the next fencing token
-// (see Fencing) and write the hold in its string form: one SET NX PX that
-// also finds out whether the lock was free, then the counter (outside fair
-// mode; a fair acquisition, or one by a waiter that others may be queued
-// behind, makes the hash). If the lock is held, a string hold first
-// becomes its hash, with the TTL it had; then, if the hash holds the
-// caller's owner, increment its count, record the level and re-arm the TTL
-// (re-entry: the token is the hold's, recorded at the fresh acquisition).
-// Otherwise queue the caller's waiter entry (or refresh its deadline to
-// server time + the waiter timeout) and return the holder's PTTL and the
-// fencing counter's value. The string form exists for the uncontended
-// lock+release, the common case: it costs Redis a third less time per pair
-// than the hash (bench/README.md); every path but the common release and
-// renewal works on the hash alone.
+// Acquire (acquire.lua): if the hash holds the caller's owner, increment its
+// count, record the level and re-arm the TTL (re-entry: the token is the
+// hold's, recorded in the hash at the fresh acquisition). If the hash is
+// absent, take the next fencing token (see Fencing) and create the hash
+// with count 1, the token and the level, PEXPIRE TTL. Otherwise queue the
+// caller's waiter entry (or refresh its deadline to server time + the
+// waiter timeout) and return the holder's PTTL and the fencing counter's
+// value.
 //
-// Release (release.lua): not the owner's level → not held. A string hold is
-// deleted (nobody is queued behind it). Decrement; at zero
+// Release (release.lua): not the owner's level → not held. Decrement; at zero
 // delete the hash and, if the hash's "\x00w" field says a waiter may be
 // queued, grant the lock to the first live queued waiter. (A waiter that
 // queues while the hash exists sets the field, and so does whoever creates
@@ -154,8 +144,8 @@
 // it with its old, smaller token: the protected resource then refuses the
 // holder's writes (safe, but failing until the hold ends).
 //
-// Hold identity: the hold records its fencing token (the hash's "\x00t",
-// the string form's first part), set when the hold is created (fresh acquisition, grant or
+// Hold identity: the hash records the fencing token of the hold
+// ("\x00t"), set when the hold is created (fresh acquisition, grant or
 // hand-off). Re-entry answers that token, so every level of a hold carries
 // the hold's token; renew.lua renews only the hold with the lease's token.
 // The Client joins a new level to a live local hold only when Redis
@@ -199,7 +189,7 @@
 //
 // Who holds a lock: Inspect (and coordctl lock inspect) shows the owner and,
 // for a Client made with WithHolderMeta (ProcessMeta gives "service=… host=…
-// pid=…"), the holder's metadata, stored by the acquisition's own SET or HSET —
+// pid=…"), the holder's metadata, stored by the acquisition's own HSET —
 // no extra command, as a test counts in INFO commandstats. A queued
 // waiter's metadata waits under its entry in P{key}:qtm, and the release
 // that grants it the lock moves it into the new hold (a release by a

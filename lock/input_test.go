@@ -65,12 +65,6 @@ func TestCorruptedState(t *testing.T) {
 	}{
 		{"key holds a string", func(key, hash string) { rdb.Set(ctx, hash, "x", 0) }},
 		{"key holds a list", func(key, hash string) { rdb.RPush(ctx, hash, "x") }},
-		// Strings in the hold's string form that are not one.
-		{"key holds a string hold without a token", func(key, hash string) { rdb.Set(ctx, hash, "x\x00l\x00someone", 0) }},
-		{"key holds a string hold without its parts", func(key, hash string) { rdb.Set(ctx, hash, "17\x00someone", 0) }},
-		{"key holds a string hold with a bad metadata length", func(key, hash string) {
-			rdb.Set(ctx, hash, "m99:ab17\x00l\x00someone", 0)
-		}},
 		{"hold count is not a number", func(key, hash string) {
 			owner := "someone"
 			rdb.HSet(ctx, hash, owner, "many")
@@ -81,12 +75,6 @@ func TestCorruptedState(t *testing.T) {
 			key := uniqueKey(t)
 			hash := lock.DefaultPrefix + "{" + key + "}"
 			tt.corrupt(key, hash)
-			before, _ := rdb.Dump(ctx, hash).Result()
-			defer func() { // nothing changed
-				if after, _ := rdb.Dump(ctx, hash).Result(); after != before {
-					t.Errorf("the corrupted key changed: %q, was %q", after, before)
-				}
-			}()
 			if _, err := c.TryObtain(ctx, key); err == nil || errors.Is(err, lock.ErrNotObtained) && !strings.Contains(tt.name, "number") {
 				t.Fatalf("TryObtain on a corrupted key: %v", err)
 			}
@@ -124,26 +112,10 @@ func TestCorruptedState(t *testing.T) {
 			t.Fatalf("counter after the failed obtain: %q %v, want the hash untouched", v, err)
 		}
 	})
-	t.Run("string hold corrupted while held", func(t *testing.T) {
-		key := uniqueKey(t)
-		l := mustObtain(t, ctx, c, key)
-		rdb.Set(ctx, lock.DefaultPrefix+"{"+key+"}", "garbage", redis.KeepTTL)
-		if err := l.Release(ctx); err == nil || errors.Is(err, lock.ErrNotHeld) {
-			t.Fatalf("Release of a corrupted string hold: %v, want a Redis error", err)
-		}
-		if _, err := c.ForceRelease(ctx, key); err == nil {
-			t.Fatal("ForceRelease of a string that is not a hold succeeded")
-		}
-		if v := rdb.Get(ctx, lock.DefaultPrefix+"{"+key+"}").Val(); v != "garbage" {
-			t.Fatalf("the corrupted key after the failed release: %q", v)
-		}
-		rdb.Del(ctx, lock.DefaultPrefix+"{"+key+"}")
-	})
 	t.Run("hold count corrupted while held", func(t *testing.T) {
 		key := uniqueKey(t)
 		ctx := lock.WithOwner(ctx, "me")
 		l := mustObtain(t, ctx, c, key)
-		mustObtain(t, ctx, c, key) // re-entry: the hold is a hash
 		rdb.HSet(ctx, lock.DefaultPrefix+"{"+key+"}", "me", "x")
 		if err := l.Release(ctx); err == nil || errors.Is(err, lock.ErrNotHeld) {
 			t.Fatalf("Release of a corrupted count: %v, want a Redis error", err)

@@ -22,7 +22,6 @@ type lease struct {
 	id        string // the obtaining call's id: the level's id in Redis (release.lua)
 	token     int64
 	ttl       int64 // ms
-	compact   bool  // taken in the string form (internal/hashlock/lua/compact.lua): release.lua reads it first
 	released  bool  // protected by c.mu
 	releasing bool  // protected by c.mu: a Release of this lease is under way
 }
@@ -215,11 +214,7 @@ func (l *lease) release(ctx context.Context) error {
 		}
 		return err
 	}
-	form := argEmpty // release.lua's ARGV[7]: the form to read first
-	if l.compact {
-		form = argYes
-	}
-	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token, form).Int64()
+	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token).Int64()
 	if err != nil {
 		l.abandon()
 		return unanswered(l.h.wd, expired, l.key, fmt.Errorf("lock: release %q: %w", l.key, err))

@@ -151,7 +151,7 @@ const MaxHolderMeta = hashlock.MaxMeta
 // WithHolderMeta stores meta with every hold the Client's locks take, for
 // operators: Inspect returns it (Info.Meta, and Info.WaiterMetas for the
 // Client's queued waiters), and so does coordctl lock inspect. It costs no
-// command and no round trip: the acquisition's own SET (or HSET) writes it (a
+// command and no round trip: the acquisition's own HSET writes it (a
 // waiter's metadata waits in a hash beside the queue, so that the release
 // that grants it the lock writes it with the grant). At most MaxHolderMeta
 // bytes; default: none stored. ProcessMeta makes the usual one. NewSimple

@@ -157,7 +157,7 @@ func TestRestartWithoutData(t *testing.T) {
 	owner := first.(interface{ Owner() string }).Owner()
 	for i, r := range rs {
 		c := r.Client(t)
-		for fields(ctx, c, key)[owner] == "" {
+		for !c.HExists(ctx, redlock.DefaultPrefix+"{"+key+"}", owner).Val() {
 			if ctx.Err() != nil {
 				t.Fatalf("master %d never got the first holder's acquisition", i)
 			}
@@ -189,7 +189,7 @@ func TestRestartWithoutData(t *testing.T) {
 			var state []string
 			for i, r := range rs {
 				c := r.Client(t)
-				h := fields(ctx, c, key)
+				h, _ := c.HGetAll(ctx, redlock.DefaultPrefix+"{"+key+"}").Result()
 				pttl, _ := c.PTTL(ctx, redlock.DefaultPrefix+"{"+key+"}").Result()
 				state = append(state, fmt.Sprintf("master %d: %v pttl %v", i, h, pttl))
 			}

@@ -12,16 +12,17 @@ import (
 // Holder returns the owner holding key on a quorum of masters and the
 // largest fencing token those masters recorded for its hold, or "" and 0
 // when no owner holds a quorum (free, or a round in progress). It reads
-// every master once (the lock's fields, hashlock.Node.Fields), within the slow timeout;
+// every master once (HGETALL of the lock hash), within the slow timeout;
 // a silent master counts as holding nothing. lock.Client and zklock.Client
 // have the same method; package election reads the leader through it.
 func (c *Client) Holder(ctx context.Context, key string) (owner string, token int64, err error) {
 	if _, err := c.resolve(key, nil); err != nil {
 		return "", 0, err
 	}
+	hash := c.o.prefix + "{" + key + "}"
 	rs := fanOut(c, ctx, c.o.slowTimeout(), nil, nil, nil,
 		blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (map[string]string, error) {
-			return c.node.Fields(ctx, rdb, key)
+			return rdb.HGetAll(ctx, hash).Result()
 		}))
 	votes := map[string]int{}
 	tokens := map[string]int64{}

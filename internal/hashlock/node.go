@@ -68,28 +68,6 @@ func (n Node) Keys(key string) NodeKeys {
 	return NodeKeys{Lock: k[0], Fence: k[1], Queue: k[2], Deadlines: k[3], Metas: k[4]}
 }
 
-// Fields returns key's lock on rdb as the fields and values of its hash
-// (inspect.lua): a hold in the string form (lua/compact.lua) as the hash it
-// stands for, a free lock as no fields. Read-only, one round trip.
-func (n Node) Fields(ctx context.Context, rdb redis.Scripter, key string) (map[string]string, error) {
-	k := LockKeys(n.pfx(), key)
-	res, err := InspectScript.Run(ctx, rdb, k[:4]).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("lock: inspect %q: %w", k[0], err)
-	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("lock: inspect %q: unexpected reply %v", k[0], res)
-	}
-	kv, _ := res[0].([]any)
-	m := make(map[string]string, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		f, _ := kv[i].(string)
-		v, _ := kv[i+1].(string)
-		m[f] = v
-	}
-	return m, nil
-}
-
 // WakeChannel returns the Pub/Sub channel on which releases wake the
 // waiters of the client with id clientID. Subscribe to it before queueing
 // any waiter made by WaiterID(clientID, …).
@@ -195,9 +173,6 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 	}
 	if strings.Contains(a.Waiter, "|") || strings.HasPrefix(a.Owner, "\x00") {
 		return nil, nil, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
-	}
-	if strings.Contains(a.Request, "\x00") { // it separates the string form's parts (compact.lua)
-		return nil, nil, fmt.Errorf("%w: request id %q contains NUL", ErrInvalid, a.Request)
 	}
 	if len(a.Meta) > MaxMeta {
 		return nil, nil, fmt.Errorf("%w: holder metadata of %d bytes (at most %d)", ErrInvalid, len(a.Meta), MaxMeta)

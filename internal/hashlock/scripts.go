@@ -29,8 +29,6 @@ var (
 	fenceLua string
 	//go:embed lua/queue.lua
 	queueLua string
-	//go:embed lua/compact.lua
-	compactLua string
 	//go:embed lua/acquire.lua
 	acquireLua string
 	//go:embed lua/fresh.lua
@@ -53,13 +51,13 @@ var (
 // boxes once (see the header of each .lua file for KEYS and ARGV); Node
 // runs the first five for callers that hold no Client (redlock).
 var (
-	AcquireScript      = redis.NewScript(withLateHelpers(inline(acquireLua, freshMark, freshLua)))
+	AcquireScript      = redis.NewScript(withHelpers(inline(acquireLua, freshMark, freshLua)))
 	ReleaseScript      = redis.NewScript(withLateHelpers(releaseLua))
 	HandoffScript      = redis.NewScript(withHelpers(handoffLua))
 	RenewScript        = redis.NewScript(renewLua)
 	LeaveScript        = redis.NewScript(withHelpers(leaveLua))
 	ForceReleaseScript = redis.NewScript(withHelpers(forceReleaseLua))
-	InspectScript      = redis.NewScript(fieldsLua + compactLua + inspectLua)
+	InspectScript      = redis.NewScript(inspectLua)
 )
 
 // queueMark is the line of a script after which queue.lua goes.
@@ -85,9 +83,9 @@ func inline(body, mark, text string) string {
 func withHelpers(body string) string {
 	before, after, ok := strings.Cut(body, queueMark)
 	if !ok {
-		return fieldsLua + fenceLua + queueLua + compactLua + body
+		return fieldsLua + fenceLua + queueLua + body
 	}
-	return fieldsLua + fenceLua + before + "\n" + queueLua + compactLua + after
+	return fieldsLua + fenceLua + before + "\n" + queueLua + after
 }
 
 // withLateHelpers is withHelpers for a body whose common path, before its
@@ -98,7 +96,7 @@ func withLateHelpers(body string) string {
 	if !ok {
 		panic("hashlock: withLateHelpers of a script without " + queueMark)
 	}
-	return fieldsLua + before + "\n" + fenceLua + queueLua + compactLua + after
+	return fieldsLua + before + "\n" + fenceLua + queueLua + after
 }
 
 // Scripts returns every script of the hash lock, by file name, so that

@@ -23,10 +23,9 @@
 --         a fresh hold, and under the waiter's entry in KEYS[5] while it is
 --         queued, so that a release that grants it the lock stores it too.
 --
--- Returns {1, token, fresh} or {1, token, 1, 1}: held (token: the hold's
--- fencing token; fresh = 1 for a new acquisition or a grant taken, 0 on
--- re-entry; a fourth 1: the new hold is in the string form, compact.lua), or
--- {0, ms, counter}: not held, wait at most ms before trying again.
+-- Returns {1, token, fresh}: held (token: the hold's fencing token; fresh =
+-- 1 for a new acquisition or a grant taken, 0 on re-entry), or {0, ms,
+-- counter}: not held, wait at most ms before trying again.
 local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
 local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
@@ -35,67 +34,16 @@ if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|'
 -- metas: the waiter-metadata hash, when this call has metadata to keep there.
 local metas = meta ~= '' and KEYS[5] or nil
 
--- The common case: a free lock outside fair mode: the string form
--- (compact.lua), one SET that also tells whether the lock was free. It runs before any function is defined: a closure costs Redis
--- more time than some of the hold's commands (fence.lua, queue.lua and
--- compact.lua go at the mark; fresh.lua is inlined below for that reason).
--- The token is new_token's (fence.lua), written into the hold first and
--- corrected in the rare case the counter is ahead of the clock (or floor).
-if not fair then
-  local f, fs = tonumber(floor or 0) or 0
-  if f > 0 then
-    fs = string.format('%.0f', f)
-  else
-    local t = redis.call('time')
-    fs = t[1] .. string.sub('00000' .. t[2], -6)
-    f = tonumber(fs)
-  end
-  local m = '' -- the metadata part
-  if meta ~= '' then m = 'm' .. #meta .. ':' .. meta end
-  if redis.call('set', lock, m .. fs .. '\0' .. req .. '\0' .. owner, 'nx', 'px', ttl) then
-    local c
-    if SETGET then c = redis.pcall('set', fence, fs, 'get') else c = redis.pcall('get', fence) end
-    local n = tonumber(c or 0) -- (a table: an error reply, the key of another type)
-    if not n then -- a counter that is not a number: put it back, take nothing
-      if SETGET and type(c) == 'string' then redis.call('set', fence, c) end
-      redis.call('del', lock)
-      return redis.error_reply('lock: fencing counter ' .. fence .. ' is not a number')
-    end
-    if n + 1 > f then
-      f = n + 1
-      fs = string.format('%.0f', f)
-      redis.call('set', fence, fs)
-      redis.call('set', lock, m .. fs .. '\0' .. req .. '\0' .. owner, 'px', ttl)
-    elseif not SETGET then
-      redis.call('set', fence, fs)
-    end
-    -- Out of the queue (see fresh.lua): a waiter that was queued leaves
-    -- others behind it, and the hold must say so (WAITING): the hash.
-    if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
-      redis.call('lrem', queue, 1, waiter)
-      if metas then redis.call('hdel', metas, waiter) end
-      redis.call('del', lock)
-      local fields = {owner, 1, TOKEN, fs, WAITING, 1}
-      if req ~= '' then fields[#fields + 1], fields[#fields + 2] = LEVEL .. req, 1 end
-      if meta ~= '' then fields[#fields + 1], fields[#fields + 2] = META, meta end
-      redis.call('hset', lock, unpack(fields))
-      redis.call('pexpire', lock, ttl)
-      return {1, f, 1}
-    end
-    return {1, f, 1, 1}
-  end
-end
---#queue
-
--- Held (the SET found the key), or fair. A string-form
--- hold becomes its hash: the paths below read and write hashes only.
-local kind = redis.call('type', lock)['ok']
-local held = kind ~= 'none'
-if kind == 'string' then held = unstring(lock) end
+local held = redis.call('exists', lock) == 1
+-- The common case: a free lock outside fair mode. It runs before any
+-- function is defined: a closure that captures the script's locals costs
+-- Redis more time than some of the hold's commands (fresh.lua is inlined
+-- here and below for that reason; queue.lua goes at the mark).
 if not held and not fair then
   local others = false
   --#fresh
 end
+--#queue
 
 -- dequeue takes a waiter that now holds the lock out of the queue (one
 -- command when it was not queued) and returns whether it was queued. metas,

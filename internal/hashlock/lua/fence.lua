@@ -24,9 +24,10 @@ end
 -- replica) or not at all, the clock alone exceeds every token handed out
 -- before, unless the clock went back.
 --
--- On Redis 7 one SET ... GET (SETGET, fields.lua) writes the clock and
--- reads the counter; a second SET follows only when the counter was ahead
--- of the clock. Older servers GET, then SET.
+-- On Redis 7 (redis.REDIS_VERSION_NUM appeared in 7.0) one SET ... GET
+-- writes the clock and reads the counter; a second SET follows only when
+-- the counter was ahead of the clock. Older servers GET, then SET.
+local SETGET = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
 local function new_token(fence, floor)
   local f, fs = tonumber(floor or 0) or 0
   if f > 0 then

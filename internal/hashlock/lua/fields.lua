@@ -26,7 +26,3 @@ local GRANT = '\0grant'
 --                  tries again on its own timer, as after a lost message.)
 local TOKEN, LEVEL, PREV, WAITING, META = '\0t', '\0l:', '\0p', '\0w', '\0m'
 
--- Redis 7 (redis.REDIS_VERSION_NUM appeared in 7.0) has SET ... GET: one
--- command writes the fencing counter and reads its old value (fence.lua,
--- acquire.lua).
-local SETGET = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000

@@ -22,11 +22,8 @@ if marker then
 end
 local kind = redis.call('type', lock)['ok']
 local n = 0
-if kind == 'string' and not parse_hold(redis.call('get', lock)) then
-  return redis.error_reply('lock: ' .. lock .. ' holds a string that is not a lock')
-end
-if kind == 'hash' or kind == 'string' then -- (a string: compact.lua's form)
-  pass(lock, fence, queue, deadlines, prefix, metas) -- deletes the lock first
+if kind == 'hash' then
+  pass(lock, fence, queue, deadlines, prefix, metas) -- deletes the hash first
   n = 1
 elseif kind ~= 'none' then
   return redis.error_reply('lock: ' .. lock .. ' holds a ' .. kind .. ', not a lock')

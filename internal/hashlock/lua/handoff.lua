@@ -40,9 +40,6 @@ local function ran()
   if marker and redis.call('exists', marker) == 1 then return {0} end -- passed to another client's waiter
 end
 
--- A string-form hold (compact.lua) becomes its hash: the paths below read
--- and write hashes only.
-if redis.call('type', lock)['ok'] == 'string' then unstring(lock) end
 if req == '' then
   -- No level to check: what it did first (owner may be newOwner).
   local r = ran()

@@ -11,18 +11,7 @@
 -- their holder metadata (same order, "" if none)}.
 local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local kind = redis.call('type', lock)['ok']
--- holds: the hash's fields and values, flat; a string-form hold
--- (compact.lua: "<token>\0<level id>\0<owner>") as the hash it stands for.
-local holds
-if kind == 'string' then
-  local tok, req, owner, meta = parse_hold(redis.call('get', lock))
-  if not tok then return redis.error_reply('lock: ' .. lock .. ' holds a string that is not a lock') end
-  holds = {owner, '1', TOKEN, tok}
-  if req ~= '' then holds[#holds + 1], holds[#holds + 2] = LEVEL .. req, '1' end
-  if meta ~= '' then holds[#holds + 1], holds[#holds + 2] = META, meta end
-elseif kind == 'none' or kind == 'hash' then
-  holds = redis.call('hgetall', lock)
-else
+if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('lock: ' .. lock .. ' holds a ' .. kind .. ', not a lock')
 end
 local t = redis.call('time')
@@ -34,4 +23,4 @@ for i, w in ipairs(waiters) do
   if d then left[i] = tonumber(d) - now else left[i] = -1 end
   metas[i] = KEYS[5] and redis.call('hget', KEYS[5], w) or ''
 end
-return {holds, redis.call('pttl', lock), redis.call('get', fence), waiters, left, metas}
+return {redis.call('hgetall', lock), redis.call('pttl', lock), redis.call('get', fence), waiters, left, metas}

@@ -17,8 +17,7 @@ local waiter, prefix = ARGV[1], ARGV[2]
 local was = redis.call('zrem', deadlines, waiter)
 redis.call('lrem', queue, 0, waiter)
 if KEYS[5] then redis.call('hdel', KEYS[5], waiter) end
--- (Only a hash can hold a grant: a string-form hold, compact.lua, never does.)
-if redis.call('type', lock)['ok'] == 'hash' and redis.call('hget', lock, GRANT) == waiter then
+if redis.call('hget', lock, GRANT) == waiter then
   -- Granted, never taken: drop the granted level.
   local id, owner = string.match(waiter, '^([^|]*)|%d+|(.*)$')
   local n = tonumber(redis.call('hget', lock, owner))

@@ -28,9 +28,6 @@
 -- ARGV[4] wake-up channel prefix
 -- ARGV[5] the level's id (acquire.lua's request id), or ""/absent
 -- ARGV[6] the hold's fencing token, or ""/absent (see below)
--- ARGV[7] "1" if the hold was taken in the string form (compact.lua; read
---         first as a string), or ""/absent (read first as a hash); either
---         form is found either way
 --
 -- Returns the hold levels left (0: freed), or -1 if owner did not hold the lock.
 local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -44,48 +41,7 @@ if req == '' then
   if done then return tonumber(done) end
 end
 local lvl = LEVEL .. req
--- s: the string form's value, or false if there is no key; v: the hash's
--- fields. Each read of the wrong form is an error reply (pcall), and the
--- other read follows.
-local s, v
-if ARGV[7] == '1' then
-  s = redis.pcall('get', lock)
-  if type(s) == 'table' then
-    s = nil
-    v = redis.call('hmget', lock, owner, lvl, TOKEN, WAITING)
-  end
-else
-  v = redis.pcall('hmget', lock, owner, lvl, TOKEN, WAITING)
-  if v.err then
-    v = nil
-    s = redis.call('get', lock)
-  end
-end
-if s ~= nil then
-  -- The string form: one level, nobody waiting. Its outermost (and only)
-  -- release deletes it and records its answer in the counter, as below.
-  if s then
-    local i = 1 -- (parse_hold in compact.lua, inline)
-    if string.byte(s, 1) == 109 then
-      local c = string.find(s, ':', 2, true)
-      local n = c and tonumber(string.sub(s, 2, c - 1))
-      i = n and c + n + 1 or 0
-    end
-    local a = i > 0 and string.find(s, '\0', i, true)
-    local b = a and string.find(s, '\0', a + 1, true)
-    if not b then return redis.error_reply('lock: ' .. lock .. ' holds a string that is not a lock') end
-    if string.sub(s, b + 1) == owner and (req == '' or string.sub(s, a + 1, b - 1) == req) then
-      redis.call('del', lock)
-      redis.call('incr', fence)
-      return 0
-    end
-  end
-  -- Not held by this level (no hand-off's PREV: a string hold never has one).
-  local done = redis.call('get', marker)
-  if done then return tonumber(done) end
-  if tok and tonumber(redis.call('get', fence)) == tok + 1 then return 0 end
-  return -1
-end
+local v = redis.call('hmget', lock, owner, lvl, TOKEN, WAITING)
 if not v[1] or (req ~= '' and not v[2] and v[3]) then
   -- Not held by this level: released before (the same request again), or lost.
   local done = redis.call('get', marker)
