@@ -26,8 +26,8 @@ const MinTTL = 10 * time.Millisecond
 
 // Config describes one lease to keep alive.
 type Config struct {
-	// TTL is the time to live each successful renewal gives the lease.
-	// Required, at least MinTTL.
+	// TTL is the time to live each successful renewal gives the lease
+	// (Raise may lengthen it later). Required, at least MinTTL.
 	TTL time.Duration
 	// Interval is the time between renewals. Default: TTL/3.
 	Interval time.Duration
@@ -79,8 +79,11 @@ type Watchdog struct {
 	// until is the lease's deadline (the last successful renewal's send
 	// time, or LastRenewed, plus its TTL) in ns after start; Held reads it.
 	until atomic.Int64
-	stop  chan struct{} // made when the loop starts (under mu); closed to end it
-	done  chan struct{} // made when the loop starts (under mu); closed when it ends
+	// ttl is the TTL renewals give, in ns: Config.TTL, raised by Raise,
+	// never lowered.
+	ttl  atomic.Int64
+	stop chan struct{} // made when the loop starts (under mu); closed to end it
+	done chan struct{} // made when the loop starts (under mu); closed when it ends
 
 	mu       sync.Mutex // protects err, timer, started, stopping
 	err      error
@@ -122,6 +125,7 @@ func Start(cfg Config) (*Watchdog, error) {
 	}
 	w := &Watchdog{cfg: cfg, start: now, lost: make(chan struct{})}
 	w.until.Store(int64(cfg.LastRenewed.Add(cfg.FirstTTL).Sub(now)))
+	w.ttl.Store(int64(cfg.TTL))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// The timer's goroutine runs the loop and is owned by w: Stop and Lose
@@ -188,6 +192,41 @@ func (w *Watchdog) Until() time.Time {
 	default:
 	}
 	return w.start.Add(time.Duration(w.until.Load()))
+}
+
+// TTL returns the TTL renewals give the lease: Config.TTL, or the longest
+// TTL Raise was given since.
+func (w *Watchdog) TTL() time.Duration { return time.Duration(w.ttl.Load()) }
+
+// Raise makes ttl the TTL of the renewals that follow if it is longer than
+// TTL (a TTL is never lowered: a lease whose parts ask for different TTLs,
+// such as the levels of a reentrant hold, is renewed for the longest). If
+// at is not zero, the lease was also extended by ttl at at (a request sent
+// then, such as a re-entry, left the server's expiry no earlier than at +
+// ttl): the deadline moves there if that is later. The Renew function must
+// extend the lease by at least TTL as read when it runs (it may read it
+// later than the loop, never earlier: TTL only grows). A lease reported
+// lost stays lost. Safe for concurrent use.
+func (w *Watchdog) Raise(ttl time.Duration, at time.Time) {
+	for {
+		cur := w.ttl.Load()
+		if int64(ttl) <= cur || w.ttl.CompareAndSwap(cur, int64(ttl)) {
+			break
+		}
+	}
+	if !at.IsZero() {
+		w.extend(int64(at.Add(ttl).Sub(w.start)))
+	}
+}
+
+// extend moves until to u (ns after start) if that is later.
+func (w *Watchdog) extend(u int64) {
+	for {
+		cur := w.until.Load()
+		if u <= cur || w.until.CompareAndSwap(cur, u) {
+			return
+		}
+	}
 }
 
 // Lost returns a channel that is closed when the lease is lost. Stop does
@@ -258,12 +297,13 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 
 	cfg := w.cfg
 	start := w.start
-	lastOK, ttl, interval := cfg.LastRenewed, cfg.FirstTTL, cfg.firstInterval()
+	interval := cfg.firstInterval()
 	var lastErr error
-	next := lastOK.Add(interval)
+	next := cfg.LastRenewed.Add(interval)
 
 	type result struct {
 		at  time.Time
+		ttl time.Duration // the TTL the renewal gave (at least)
 		err error
 	}
 	res := make(chan result, 1) // at most one renewal in flight
@@ -279,7 +319,9 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 	defer timer.Stop()
 	for {
 		now := cfg.Now()
-		deadline := lastOK.Add(ttl)
+		// The deadline: the last successful renewal's send time plus its
+		// TTL, or later if Raise extended the lease.
+		deadline := start.Add(time.Duration(w.until.Load()))
 		maxed := cfg.MaxHold > 0 && !now.Before(start.Add(cfg.MaxHold))
 		if !now.Before(deadline) {
 			switch {
@@ -294,11 +336,11 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 		}
 		if !inflight && !maxed && !now.Before(next) {
 			inflight = true
-			at := now
+			at, ttl := now, w.TTL() // read before Renew reads it: Renew gives at least ttl
 			rctx, rcancel := context.WithTimeout(ctx, deadline.Sub(now))
 			go func() { // owned by loop: it waits for res before returning
 				defer rcancel()
-				res <- result{at, cfg.Renew(rctx)}
+				res <- result{at, ttl, cfg.Renew(rctx)}
 			}()
 		}
 		wake := deadline
@@ -319,9 +361,8 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 			}
 			switch {
 			case r.err == nil:
-				lastOK, lastErr = r.at, nil
-				ttl, interval = cfg.TTL, cfg.Interval
-				w.until.Store(int64(lastOK.Add(ttl).Sub(start)))
+				lastErr, interval = nil, cfg.Interval
+				w.extend(int64(r.at.Add(r.ttl).Sub(start)))
 				next = r.at.Add(interval)
 			case errors.Is(r.err, ErrNotHeld):
 				w.lose(r.err)

@@ -1,0 +1,70 @@
+package watchdog_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/watchdog"
+)
+
+// TestRaise: Raise lengthens the TTL that later renewals give (never
+// shortens it), and with a time moves the deadline to that time plus the
+// TTL if that is later; the loop then counts the lease held until then,
+// renewals failing or not.
+func TestRaise(t *testing.T) {
+	start := time.Now()
+	renewed := make(chan time.Duration, 100)
+	var w *watchdog.Watchdog
+	ready := make(chan struct{})
+	w, err := watchdog.Start(watchdog.Config{
+		TTL:         300 * time.Millisecond,
+		Interval:    100 * time.Millisecond,
+		LastRenewed: start,
+		Renew: func(ctx context.Context) error {
+			<-ready
+			renewed <- w.TTL()
+			return context.DeadlineExceeded // every renewal fails
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	defer w.Stop()
+	if got := w.TTL(); got != 300*time.Millisecond {
+		t.Fatalf("TTL %v, want 300ms", got)
+	}
+	w.Raise(100*time.Millisecond, time.Time{}) // shorter: nothing changes
+	if got, u := w.TTL(), w.Until(); got != 300*time.Millisecond || !u.Equal(start.Add(300*time.Millisecond)) {
+		t.Fatalf("after a shorter Raise: TTL %v, Until %v from start", got, u.Sub(start))
+	}
+	w.Raise(2*time.Second, start.Add(10*time.Millisecond))
+	if got := w.TTL(); got != 2*time.Second {
+		t.Fatalf("TTL after Raise(2s) = %v", got)
+	}
+	if u := w.Until(); !u.Equal(start.Add(2010 * time.Millisecond)) {
+		t.Fatalf("Until after Raise(2s, start+10ms) = start+%v, want start+2.01s", u.Sub(start))
+	}
+	w.Raise(time.Second, start.Add(20*time.Millisecond)) // earlier deadline, shorter TTL: no change
+	if u := w.Until(); !u.Equal(start.Add(2010 * time.Millisecond)) || w.TTL() != 2*time.Second {
+		t.Fatalf("a shorter Raise moved Until to start+%v or TTL to %v", u.Sub(start), w.TTL())
+	}
+	// The renewals (failing) carry the raised TTL, and the lease is not
+	// lost at the first TTL's end, 300 ms after start, though every renewal failed.
+	if got := <-renewed; got != 2*time.Second {
+		t.Fatalf("a renewal read TTL %v, want 2s", got)
+	}
+	for time.Since(start) < 600*time.Millisecond {
+		select {
+		case <-w.Lost():
+			t.Fatalf("lost %v after start: %v (the raised deadline is 2.01 s)", time.Since(start), w.Err())
+		case <-renewed:
+		case <-time.After(time.Second):
+			t.Fatal("no renewal for 1 s")
+		}
+	}
+	if !w.Held() {
+		t.Fatal("not Held before the raised deadline")
+	}
+}
