@@ -51,7 +51,7 @@ type Client struct {
 	// Script arguments that never change, boxed once: passing a string or
 	// a large integer as an argument allocates on every call otherwise.
 	argChan, argFair, argBound, argWindow any
-	argTTL                                any    // the default TTL in ms
+	argTTL                                any    // the default TTL: "-<ms>" (acquire.lua's ARGV[2])
 	argGrant                              string // "|<grant ms>|" of a waiter entry at the default TTL
 	argGrantBoxed                         any    // argGrant
 	argMeta                               any    // WithHolderMeta's metadata, or nil when none
@@ -71,9 +71,12 @@ type hold struct {
 	token  int64 // the hold's fencing token: its identity in Redis
 	levels int
 	wd     *watchdog.Watchdog
-	since  time.Time // when its acquisition was sent
-	made   time.Time // when its acquisition's answer made it (requests sent later see it in Redis)
-	gate   *gateHold // the local line's front, given up when the hold ends or is lost; or nil
+	// ttl is the TTL in ms that the hold's renewals set: the longest any of
+	// its levels asked for (a level never shortens the hold).
+	ttl   atomic.Int64
+	since time.Time // when its acquisition was sent
+	made  time.Time // when its acquisition's answer made it (requests sent later see it in Redis)
+	gate  *gateHold // the local line's front, given up when the hold ends or is lost; or nil
 }
 
 // subscription is the client's one Pub/Sub connection, subscribed to its
@@ -108,7 +111,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	c.obs = observe.NewLock("coordkit/lock", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	c.chanPrefix = hashlock.WakePrefix(o.prefix)
 	c.argChan, c.argFair, c.argWindow = c.chanPrefix, argNo, o.releaseWindow.Milliseconds()
-	c.argBound, c.argTTL = o.waiterTimeout.Milliseconds(), o.ttl.Milliseconds()
+	c.argBound, c.argTTL = o.waiterTimeout.Milliseconds(), "-"+strconv.FormatInt(o.ttl.Milliseconds(), 10)
 	c.argGrant = "|" + strconv.FormatInt(c.grantTTL(o.ttl).Milliseconds(), 10) + "|"
 	c.argGrantBoxed = c.argGrant
 	if o.fair {
@@ -171,7 +174,7 @@ func checkObtain(key string, o *obtainOptions, defaultTTL time.Duration) error {
 		return err
 	}
 	if o.TTL == 0 {
-		o.TTL = defaultTTL
+		o.TTL, o.DefaultTTL = defaultTTL, true
 	}
 	// Redis counts TTLs in whole milliseconds: the watchdog counts the same
 	// value, so that Lost never closes after the key expired.
@@ -326,7 +329,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 	subscribeFirst := queue && notified && !subscribed
 	// Boxed once per call (and the default TTL once per client).
 	var argTTL, argID any = c.argTTL, id
-	if o.TTL != c.o.ttl {
+	if !o.DefaultTTL { // a TTL the caller chose: a re-entry raises the hold's to it
 		argTTL = o.TTL.Milliseconds()
 	}
 	argOwner := argID // the owner is the call's id unless ctx names one

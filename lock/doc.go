@@ -27,8 +27,9 @@
 //	                          (wake up and try) or "<client id>:<n>|<token>" (the lock is granted to you)
 //
 // (The channel is "P" + "wake:" + the client id.) Simple uses a string at
-// P simple:{key} (holding the holder's random value, PX TTL) and its own
-// fencing counter at P simple:{key}:fence. A key may not begin with '}'
+// P simple:{key} (holding the holder's random value, PX TTL), its own
+// fencing counter at P simple:{key}:fence, and the answer of the release of
+// the hold with value v at P simple:{key}:r:<v> (for the release window). A key may not begin with '}'
 // (Obtain refuses it with ErrInvalid): the hash tag would be empty and the
 // keys fall in different Cluster slots.
 //
@@ -165,15 +166,16 @@
 // run found the lock held and queued the waiter, and the second took the
 // freed lock: the call leaves the queue when it holds). release.lua drops
 // only its own level and keeps its answer for a resend, read only when the
-// level is gone: an outermost release that frees the lock with nobody
-// waiting moves the fencing counter from the hold's token to token + 1
-// (tokens only need to increase; no key is written), and a resend naming
-// the token finds it so; any other release (inner levels, a release that
-// passes the lock to a waiter) stores its answer under P{key}:r:<id> for
-// the release window (WithReleaseWindow). A release sent again thus answers
-// as the first did: never a second level dropped, and never ErrNotHeld for
-// a lock it freed, unless another owner took the lock between the release
-// and its resend (the counter moved on: the answer is then ErrNotHeld).
+// level is gone: every release stores its answer under P{key}:r:<id>, a key
+// that names the released level, for the release window
+// (WithReleaseWindow). A release sent again thus answers as the first did:
+// never a second level dropped, and never ErrNotHeld for a lock it freed.
+// The answer is never inferred from other state that can coincide: the
+// fencing counter at the hold's token + 1 is also the next holder's token
+// when the counter runs ahead of the clock, so a release of a hold that
+// was lost (deleted, evicted, ForceRelease) answers ErrNotHeld even when
+// the next holder's token is exactly token + 1. (Simple's release keeps its
+// answer the same way, under P simple:{key}:r:<value>.)
 // handoff.lua sent
 // again finds the next owner's level (or its marker) and answers the same;
 // after a hand-off whose answer was lost for good, the next in line's own
@@ -183,7 +185,18 @@
 //
 // The watchdog (package watchdog) renews a hold every TTL/3 with renew.lua.
 // One watchdog serves all levels one owner holds on a key through one
-// Client. Lost() closes when a renewal finds the lock gone, when renewals
+// Client. A level never shortens the hold: the key's expiry covers the
+// longest-lived live level. A re-entry with a longer TTL (WithTTL) than the
+// hold's raises the key's expiry and the hold's TTL (the TTL every later
+// renewal sets, and from which Until and the loss are judged); a re-entry,
+// a renewal or an inner release with a shorter TTL never lowers the key's
+// expiry (acquire.lua and renew.lua set PEXPIRE only where it is later than
+// the key's; release.lua leaves it). A re-entry without WithTTL joins the
+// hold as it is (the client's default TTL does not apply to it). The
+// hold's TTL stays the longest any of its levels chose until the hold
+// ends: a crashed holder's lock is free after that TTL. The RW lock keeps
+// the same rule per side (the writer's expiry and each reader's score only
+// move later), and redlock per hold. Lost() closes when a renewal finds the lock gone, when renewals
 // fail for a whole TTL (measured from the start of the last successful one),
 // TTL after MaxHold, or when the Client is closed.
 //

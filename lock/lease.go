@@ -97,12 +97,19 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 	switch {
 	case h != nil && h.token == token: // re-entry (the owner's hold began meanwhile): the hold has its place
 		gh.leave()
+		// With a TTL the caller chose, Redis set the key's expiry to at
+		// least o.TTL from when it ran the re-entry, never lower than it
+		// was (acquire.lua); without, the level joins the hold as it is.
+		if !o.DefaultTTL {
+			h.raise(o.TTL, at)
+		}
 	case h != nil && token < h.token: // an answer about a hold that a newer one replaced
 		if at.After(h.made) { // sent while h was live: Redis has an older hold, not h
 			lose = append(lose, h)
 			delete(c.holds, k)
 		}
 		h = &hold{c: c, k: k, since: at, token: token, gate: gh}
+		h.ttl.Store(o.TTL.Milliseconds())
 		h.wd = c.startWatchdog(h, o, at, first)
 		lose = append(lose, h)
 	default:
@@ -110,6 +117,7 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 			lose = append(lose, h)
 		}
 		h = &hold{c: c, k: k, since: at, made: c.o.now(), token: token, gate: gh}
+		h.ttl.Store(o.TTL.Milliseconds())
 		h.wd = c.startWatchdog(h, o, at, first)
 		c.holds[k] = h
 	}
@@ -128,7 +136,6 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 
 func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first time.Duration) *watchdog.Watchdog {
 	key, owner, token := h.k.key, h.k.owner, h.token
-	ttl := o.TTL.Milliseconds()
 	cfg := watchdog.Config{
 		TTL:         o.TTL,
 		FirstTTL:    first,
@@ -138,7 +145,9 @@ func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first tim
 		Renew: func(ctx context.Context) error {
 			// Built here, not per hold: most holds end before their first renewal.
 			keys := []string{c.o.prefix + "{" + key + "}"}
-			n, err := hashlock.RenewScript.Run(ctx, c.rdb, keys, owner, ttl, strconv.FormatInt(token, 10)).Int64()
+			// The hold's TTL now (raised by re-entries), read after the
+			// watchdog read its own (watchdog.Raise).
+			n, err := hashlock.RenewScript.Run(ctx, c.rdb, keys, owner, h.ttl.Load(), strconv.FormatInt(token, 10)).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: renew %q: %w", key, err)
@@ -154,6 +163,21 @@ func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first tim
 		panic(err)
 	}
 	return wd
+}
+
+// raise makes ttl the hold's TTL if it is longer than the hold's (a level
+// never shortens the hold), and records that Redis extended the hold by ttl
+// from at (a re-entry sent then). The hold's TTL is stored before the
+// watchdog's, so a renewal always sets at least what the watchdog counts.
+func (h *hold) raise(ttl time.Duration, at time.Time) {
+	ms := ttl.Milliseconds()
+	for {
+		cur := h.ttl.Load()
+		if ms <= cur || h.ttl.CompareAndSwap(cur, ms) {
+			break
+		}
+	}
+	h.wd.Raise(ttl, at)
 }
 
 // Renewed logs a renewal that failed and reports every renewal to the
@@ -214,10 +238,16 @@ func (l *lease) release(ctx context.Context) error {
 		}
 		return err
 	}
-	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id, l.token).Int64()
+	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id).Int64()
 	if err != nil {
 		l.abandon()
 		return unanswered(l.h.wd, expired, l.key, fmt.Errorf("lock: release %q: %w", l.key, err))
+	}
+	if left < 0 {
+		// Redis has no such level: the hold was lost (deleted, expired,
+		// taken over) before this release. Report it as a renewal would
+		// have: Lost closes, for every level of the hold.
+		l.h.wd.Lose(errReleasedLost)
 	}
 	if !l.end() { // a concurrent Release of this lease got there first
 		return ErrNotHeld
@@ -241,6 +271,10 @@ func unanswered(wd *watchdog.Watchdog, expired bool, key string, err error) erro
 	wd.Lose(errDeadlinePassed)
 	return fmt.Errorf("%w: %q: the hold's deadline passed before its release: %w", ErrNotHeld, key, err)
 }
+
+// errReleasedLost is the cause of the loss of a hold that a release found
+// gone from Redis.
+var errReleasedLost = fmt.Errorf("%w: %w: found gone by its release", ErrNotHeld, watchdog.ErrNotHeld)
 
 // errDeadlinePassed is the cause of the loss of a hold whose deadline had
 // passed when its release began, with no report of the loss yet.

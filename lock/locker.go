@@ -85,6 +85,11 @@ type obtainOptions = lockopt.Obtain
 // WithTTL sets the lease's time to live. Default: the Locker's default TTL
 // (30 s for the Redis lock, as Redisson's watchdog timeout). d must be
 // positive: WithTTL(d ≤ 0) records a negative TTL, which Lockers refuse.
+// For a re-entry (a nested Obtain of a held key) a level never shortens the
+// hold: a longer d lengthens the whole hold's TTL until it ends, a shorter
+// one changes nothing, and a re-entry without WithTTL joins the hold as it
+// is (Client, redlock; each level of the RW lock is a lease of its own,
+// renewed for its own TTL, the default if it names none).
 func WithTTL(d time.Duration) Option {
 	if d <= 0 {
 		d = -1

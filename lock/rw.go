@@ -409,7 +409,8 @@ func (l *rwLease) release(ctx context.Context) error {
 	if err != nil {
 		return unanswered(l.wd, expired, l.key, fmt.Errorf("lock: rw release %q: %w (the hold expires after its TTL)", l.key, err))
 	}
-	if n < 0 {
+	if n < 0 { // lost before this release: Lost closes, as a renewal would have reported
+		l.wd.Lose(errReleasedLost)
 		return ErrNotHeld
 	}
 	return nil

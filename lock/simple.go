@@ -38,7 +38,8 @@ type Simple struct {
 }
 
 // NewSimple returns a Simple lock on rdb, which it does not close. Options
-// that apply: WithPrefix, WithDefaultTTL, WithMetrics, WithMetricsKey,
+// that apply: WithPrefix, WithDefaultTTL, WithReleaseWindow (how long a
+// release's answer is kept for a resend), WithMetrics, WithMetricsKey,
 // WithLogger, WithClock. Like New it returns a Simple even for invalid
 // arguments: Err reports them at once, and every call returns that error
 // (wrapping ErrInvalid).
@@ -250,7 +251,7 @@ func (l *simpleLease) release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	expired := l.wd.Overdue()
-	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey, l.rkey + ":fence"}, l.value, l.token).Int64()
+	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey, l.rkey + ":r:" + l.value}, l.value, s.o.releaseWindow.Milliseconds()).Int64()
 	if err != nil {
 		return unanswered(l.wd, expired, l.key, fmt.Errorf("lock: simple release %q: %w", l.key, err))
 	}
@@ -261,6 +262,9 @@ func (l *simpleLease) release(ctx context.Context) error {
 	s.mu.Unlock()
 	if done {
 		return ErrNotHeld
+	}
+	if n == 0 { // lost before this release: Lost closes, as a renewal would have reported
+		l.wd.Lose(errReleasedLost)
 	}
 	l.wd.Stop()
 	s.obs.Held(l.key, s.o.now().Sub(l.since))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,8 +26,11 @@ type hold struct {
 	token  int64
 	level  string // the id of the hold's level on the masters (hashlock.NodeRelease's Level)
 	ttl    time.Duration
-	wd     *watchdog.Watchdog
-	place  *place // the local line's front, given up when the hold ends or is lost; or nil
+	// renewTTL is the TTL in ns that renewals set: the longest any of the
+	// hold's levels asked for (a level never shortens the hold).
+	renewTTL atomic.Int64
+	wd       *watchdog.Watchdog
+	place    *place // the local line's front, given up when the hold ends or is lost; or nil
 }
 
 // lease is one level of a hold. Besides lock.Lease it has Owner and Err.
@@ -72,8 +76,10 @@ func lostErr(err error) error {
 func (l *lease) Until() time.Time { return l.h.wd.Until() }
 
 // reenter returns one more level of a live hold of owner on key through
-// this client, or nil if there is none.
-func (c *Client) reenter(key, owner string) *lease {
+// this client, or nil if there is none. A level with a longer TTL than the
+// hold's (ttl: the TTL the caller chose, 0 if none) makes it the hold's TTL
+// from the next renewal on.
+func (c *Client) reenter(key, owner string, ttl time.Duration) *lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := c.holds[holdKey{key, owner}]
@@ -81,7 +87,25 @@ func (c *Client) reenter(key, owner string) *lease {
 		return nil
 	}
 	h.levels++
+	if ttl > 0 {
+		h.raise(ttl)
+	}
 	return &lease{c: c, h: h}
+}
+
+// raise makes ttl the TTL of the hold's renewals if it is longer than the
+// hold's (a level never shortens the hold). The deadline is not moved: the
+// level took nothing on the masters (or what its round took there is
+// released again). The hold's TTL is stored before the watchdog's, so a
+// renewal always sets at least what the watchdog counts.
+func (h *hold) raise(ttl time.Duration) {
+	for {
+		cur := h.renewTTL.Load()
+		if int64(ttl) <= cur || h.renewTTL.CompareAndSwap(cur, int64(ttl)) {
+			break
+		}
+	}
+	h.wd.Raise(ttl-Drift(ttl), time.Time{})
 }
 
 // newLease records the hold a successful attempt took and starts its
@@ -99,12 +123,16 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lockopt.Obta
 	old := c.holds[k]
 	if old != nil && old.wd.Err() == nil && !c.closed && a.fresh <= len(c.masters)-c.quorum {
 		old.levels++
+		if !o.DefaultTTL {
+			old.raise(o.TTL)
+		}
 		c.mu.Unlock()
 		c.releaseOn(context.WithoutCancel(ctx), key, owner, a.level, o.TTL, c.o.slowTimeout(), nil, nil)
 		pl.leave()
 		return &lease{c: c, h: old}
 	}
 	h := &hold{c: c, k: k, since: a.start, levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
+	h.renewTTL.Store(int64(o.TTL))
 	h.wd = c.startWatchdog(h, o, a.start)
 	c.holds[k] = h
 	closed := c.closed
@@ -132,7 +160,9 @@ func (c *Client) startWatchdog(h *hold, o lockopt.Obtain, start time.Time) *watc
 		MaxHold:     o.MaxHold,
 		LastRenewed: start,
 		Now:         c.o.now,
-		Renew:       func(ctx context.Context) error { return c.renew(ctx, key, owner, level, o.TTL) },
+		Renew: func(ctx context.Context) error {
+			return c.renew(ctx, key, owner, level, time.Duration(h.renewTTL.Load()))
+		},
 	})
 	if err != nil { // o was validated by checkTTL: this is a bug
 		panic(err)
@@ -292,6 +322,11 @@ func (l *lease) release(ctx context.Context) error {
 		}
 	}
 	err := releaseResult(c, h.k.key, held, notHeld, errs)
+	if errors.Is(err, lock.ErrNotHeld) {
+		// No quorum had the hold: it was lost before this release. Lost
+		// closes, as a renewal would have reported.
+		h.wd.Lose(fmt.Errorf("%w: %w: found gone by its release", lock.ErrNotHeld, watchdog.ErrNotHeld))
+	}
 	if err != nil && expired && !errors.Is(err, lock.ErrNotHeld) {
 		// Not confirmed by a quorum, after the deadline: another client
 		// may hold the lock already. The hold is lost; say so (Lost closes)

@@ -22,7 +22,7 @@ func (c *Client) resolve(key string, opts []lock.Option) (lockopt.Obtain, error)
 		return o, invalid("key %q is empty or begins with '}' (it would break the Cluster hash tag)", key)
 	}
 	if o.TTL == 0 {
-		o.TTL = c.o.ttl
+		o.TTL, o.DefaultTTL = c.o.ttl, true
 	}
 	o.TTL = o.TTL.Truncate(time.Millisecond) // as the masters count it
 	if err := c.o.checkTTL(o.TTL, "TTL"); err != nil {
@@ -83,7 +83,7 @@ func (c *Client) obtainLease(ctx context.Context, key string, wait bool, opts []
 	if !ok {
 		owner = lock.NewOwner()
 	}
-	if l := c.reenter(key, owner); l != nil {
+	if l := c.reenter(key, owner, chosenTTL(o)); l != nil {
 		return l, nil
 	}
 	var pl *place
@@ -102,7 +102,7 @@ func (c *Client) obtainLease(ctx context.Context, key string, wait bool, opts []
 		}
 		// The owner's hold may have begun while this call waited in line
 		// (one owner in two goroutines): a level of it, not an attempt.
-		if l := c.reenter(key, owner); l != nil {
+		if l := c.reenter(key, owner, chosenTTL(o)); l != nil {
 			pl.leave()
 			return l, nil
 		}
@@ -455,4 +455,13 @@ func (c *Client) subscribed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.subs != nil
+}
+
+// chosenTTL is the TTL the call chose, or 0 if it gave none (the default:
+// a re-entry then joins the hold as it is).
+func chosenTTL(o lockopt.Obtain) time.Duration {
+	if o.DefaultTTL {
+		return 0
+	}
+	return o.TTL
 }

@@ -423,8 +423,8 @@ func inspectSimple(e *env, f *lockFlags, key string) (*simpleView, error) {
 }
 
 // simpleForceRelease deletes a lock.Simple key if it is one (a string):
-// the fencing counter is kept, so the holder's own release, which finds
-// neither its value nor the counter at its token + 1, answers "not held".
+// the fencing counter is kept, and the holder's own release, which finds
+// neither its value nor a release marker of its own, answers "not held".
 var simpleForceRelease = redis.NewScript(`
 if redis.call('type', KEYS[1])['ok'] ~= 'string' then
   if redis.call('exists', KEYS[1]) == 1 then return redis.error_reply(KEYS[1] .. ' is not a lock.Simple key') end

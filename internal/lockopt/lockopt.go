@@ -18,6 +18,10 @@ type Obtain struct {
 	// 0)). Ignored by locks that do not expire (zklock, whose holder lives
 	// as long as its session).
 	TTL time.Duration
+	// DefaultTTL is set by the implementation when the call gave no TTL and
+	// TTL holds its default: a re-entry then joins the hold as it is,
+	// without raising the hold's TTL (only a TTL the caller chose does).
+	DefaultTTL bool
 	// MaxHold bounds how long the watchdog keeps renewing the lease; 0 means
 	// for as long as it is held. After MaxHold the lease expires TTL later
 	// unless released, and Lost() closes.

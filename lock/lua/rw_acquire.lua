@@ -23,6 +23,11 @@
 -- that took its levels, ",<id>,<id>,", the fresh acquisition's id marked
 -- "*<id>"; the count fields ("wc", "r:<owner>") stay the number of levels.
 --
+-- A level never shortens its hold: a re-entry (or a renewal, rw_renew.lua)
+-- moves the writer's expiry "we" or the reader's score only later, never
+-- earlier, and the keys' PEXPIRE only up (keep), since the hold's other
+-- levels count on the later expiry.
+--
 -- Writer preference: a reader that holds nothing yet does not enter while
 -- a writer waits, so a stream of readers cannot starve writers. The owner
 -- holding the write side may take the read side (and keep it after
@@ -48,11 +53,15 @@ end
 redis.call('zremrangebyscore', readers, '-inf', now)
 redis.call('zremrangebyscore', writers, '-inf', now)
 
+-- keep makes the keys outlive this hold: their expiry is at least ttl from
+-- now, never earlier than it was. The readers zset gets one as soon as it
+-- exists (-1: none yet), so that its expiry always covers every reader's
+-- score (a renewal with a shorter TTL must not be the first to set it).
 local function keep()
   local ms = redis.call('pttl', h)
   if ms < ttl then redis.call('pexpire', h, ttl) end
   ms = redis.call('pttl', readers)
-  if ms > 0 and ms < ttl then redis.call('pexpire', readers, ttl) end
+  if ms ~= -2 and ms < ttl then redis.call('pexpire', readers, ttl) end
 end
 
 local function last_token()
@@ -105,7 +114,7 @@ if mode == 'w' then
       return {1, tonumber(redis.call('hget', h, 't')), again}
     end
     redis.call('hincrby', h, 'wc', 1)
-    redis.call('hset', h, 'we', now + ttl)
+    if we < now + ttl then redis.call('hset', h, 'we', now + ttl) end -- a level never shortens the hold
     add('wl', false)
     keep()
     return {1, tonumber(redis.call('hget', h, 't')), 0}
@@ -138,7 +147,9 @@ elseif writer ~= owner then
   end
 end
 redis.call('hincrby', h, 'r:' .. owner, 1)
-redis.call('zadd', readers, now + ttl, owner)
+-- A level never shortens the hold: a re-entry keeps a later expiry.
+local re = tonumber(redis.call('zscore', readers, owner) or 0)
+if re < now + ttl then redis.call('zadd', readers, now + ttl, owner) end
 add('rl:' .. owner, not mine)
 keep()
 local fresh = 1

@@ -1,5 +1,7 @@
--- rw_renew: extend a read or write hold by its TTL. Safe to resend: a
--- second run sets the same expiry again.
+-- rw_renew: extend a read or write hold by its TTL: its expiry becomes at
+-- least TTL from now, never earlier than it was (another level of the hold
+-- may count on a later one). Safe to resend: a second run sets the same
+-- expiry again.
 --
 -- KEYS[1] hash, KEYS[2] readers (see rw_acquire.lua)
 -- ARGV[1] "r" or "w"; ARGV[2] owner; ARGV[3] TTL ms
@@ -25,12 +27,12 @@ end
 if mode == 'w' then
   local we = tonumber(redis.call('hget', h, 'we') or 0)
   if redis.call('hget', h, 'w') ~= owner or we <= now or not has('wl') then return 0 end
-  redis.call('hset', h, 'we', now + ttl)
+  if we < now + ttl then redis.call('hset', h, 'we', now + ttl) end
 else
   local exp = redis.call('zscore', readers, owner)
   if not exp or tonumber(exp) <= now or redis.call('hexists', h, 'r:' .. owner) == 0
     or not has('rl:' .. owner) then return 0 end
-  redis.call('zadd', readers, 'xx', now + ttl, owner)
+  if tonumber(exp) < now + ttl then redis.call('zadd', readers, 'xx', now + ttl, owner) end
   if redis.call('pttl', readers) < ttl then redis.call('pexpire', readers, ttl) end
 end
 if redis.call('pttl', h) < ttl then redis.call('pexpire', h, ttl) end

@@ -7,7 +7,10 @@
 -- KEYS[4] deadlines    <prefix>{key}:qt     zset waiter -> server-time ms after which it is skipped
 -- KEYS[5] metas        <prefix>{key}:qtm    hash waiter -> holder metadata, or absent
 -- ARGV[1] owner
--- ARGV[2] TTL in ms
+-- ARGV[2] TTL in ms: a fresh hold's; a re-entry (or a grant taken) raises
+--         the key's expiry to it, never lowers it (a level never shortens
+--         the hold: the other levels' leases count on its expiry).
+--         "-<ms>": the client's default, which a re-entry does not apply
 -- ARGV[3] waiter: its queue entry (queue.lua), or "" to make one attempt without
 --         queueing; "|<grant ms>|" stands for a granted-form entry made of
 --         this call's request id (ARGV[8]) and owner: "<id>|<grant ms>|<owner>"
@@ -28,6 +31,10 @@
 -- counter}: not held, wait at most ms before trying again.
 local lock, fence, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
+-- "-<ms>": the client's default TTL, not one the call chose. A fresh hold
+-- takes it; a re-entry leaves the hold's expiry as it is.
+local chosen = string.byte(ttl, 1) ~= 45 -- '-'
+if not chosen then ttl = string.sub(ttl, 2) end
 local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
 local req, floor, meta = ARGV[8] or '', ARGV[9], ARGV[10] or ''
 if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|': the entry's middle
@@ -68,19 +75,21 @@ if held then
     if waiter ~= '' and v[2] == waiter then
       -- A release granted the lock to this waiter: take it (its message was lost or late).
       redis.call('hdel', lock, GRANT)
-      redis.call('pexpire', lock, ttl)
+      if redis.call('pttl', lock) < tonumber(ttl) then redis.call('pexpire', lock, ttl) end
       return {1, t, 1}
     end
     -- Held by this owner: a waiter queued by an earlier attempt leaves the queue.
     dequeue(queue, deadlines, waiter, metas)
     if req ~= '' and v[3] then
       -- This very call ran before (its reply was lost): the same answer, no second level.
-      redis.call('pexpire', lock, ttl)
+      if chosen and redis.call('pttl', lock) < tonumber(ttl) then redis.call('pexpire', lock, ttl) end
       return {1, t, tonumber(v[3])}
     end
     redis.call('hincrby', lock, owner, 1)
     if req ~= '' then redis.call('hset', lock, lvl, 0) end
-    redis.call('pexpire', lock, ttl)
+    -- A level never shortens the hold: the key's expiry stays at least what
+    -- the longest-lived level set (another level's lease counts on it).
+    if chosen and redis.call('pttl', lock) < tonumber(ttl) then redis.call('pexpire', lock, ttl) end
     return {1, t, 0}
   end
 else

@@ -2,12 +2,14 @@
 -- first live waiter (queue.lua: grant it, or wake that one waiter only) if
 -- the hash says one may be queued (WAITING, fence.lua).
 --
--- Safe to retry: a release stores its answer for the release window, so the
--- same request sent again (its reply was lost; go-redis or the caller
--- retried) returns that answer instead of dropping a second level, or
--- reporting "not held" for a lock it freed: under a per-request marker key,
--- or, for an outermost release that frees the lock with nobody waiting, in
--- the fencing counter (token + 1, below). The answer is read only when the
+-- Safe to retry: a release stores its answer for the release window under
+-- a marker key that names this release (KEYS[4]: the level's id for a
+-- lease, the request's for a Node), so the same request sent again (its
+-- reply was lost; go-redis or the caller retried) returns that answer
+-- instead of dropping a second level, or reporting "not held" for a lock it
+-- freed. The answer is never inferred from other state that can coincide
+-- (the fencing counter at token + 1 is also the next holder's token when
+-- the counter runs ahead of the clock). The marker is read only when the
 -- owner's level is not found, so the common path reads one hash.
 --
 -- A release that names its level (ARGV[5], the id of the call that took it)
@@ -19,20 +21,20 @@
 -- KEYS[1] lock hash    <prefix>{key}
 -- KEYS[2] queue        <prefix>{key}:q
 -- KEYS[3] deadlines    <prefix>{key}:qt
--- KEYS[4] marker       <prefix>{key}:r:<request id>
+-- KEYS[4] marker       <prefix>{key}:r:<level or request id>: this release's answer
 -- KEYS[5] fence        <prefix>{key}:fence
 -- KEYS[6] metas        <prefix>{key}:qtm (waiter metadata, queue.lua's pass), or absent
 -- ARGV[1] owner
--- ARGV[2] TTL in ms (set again when hold levels remain)
+-- ARGV[2] TTL in ms (unused: the expiry of levels that remain is left as
+--         it is; kept for the argument layout)
 -- ARGV[3] marker TTL in ms
 -- ARGV[4] wake-up channel prefix
 -- ARGV[5] the level's id (acquire.lua's request id), or ""/absent
--- ARGV[6] the hold's fencing token, or ""/absent (see below)
 --
 -- Returns the hold levels left (0: freed), or -1 if owner did not hold the lock.
 local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local req, tok = ARGV[5] or '', tonumber(ARGV[6] or '')
+local req = ARGV[5] or ''
 
 if req == '' then
   -- No level to find: the marker first, as the same request may find the
@@ -46,43 +48,32 @@ if not v[1] or (req ~= '' and not v[2] and v[3]) then
   -- Not held by this level: released before (the same request again), or lost.
   local done = redis.call('get', marker)
   if done then return tonumber(done) end
-  if tok and tonumber(redis.call('get', fence)) == tok + 1 then return 0 end -- freed by this hold's release
   if req ~= '' and redis.call('hget', lock, PREV) == req then return 0 end -- handed over by this level's release
   return -1
 end
 local count = tonumber(v[1])
 if not count then return redis.error_reply('lock: hold count of ' .. lock .. ' is not a number') end
 if count > 1 then
+  -- The expiry stays: the levels left are renewed by their hold's watchdog,
+  -- and setting this level's TTL could shorten what they count on.
   redis.call('hset', lock, owner, count - 1)
   if req ~= '' then redis.call('hdel', lock, lvl) end
-  redis.call('pexpire', lock, ttl)
   redis.call('set', marker, count - 1, 'px', markerTTL)
   return count - 1
 end
 
 -- The outermost release: the lock is free; pass it on (pass deletes the
--- hash first). Its answer must survive for a resend. When nobody was
--- waiting, the fencing counter records it: it goes from the hold's token to
--- token + 1 (tokens only need to increase), and a resend that names the
--- token finds it so, with no key to write and expire on the common path. Otherwise (the lock
--- passed to a waiter, who may take a token at once) a marker key does.
--- (Incremented whatever it holds: a counter above the token, after a
--- restore, stays increasing and a resend then answers "not held".)
+-- hash first), and record the answer for a resend in the marker.
 -- Without WAITING no waiter is queued: delete, and read no queue (the
 -- common case, before queue.lua's helpers, and with no function of its own:
 -- a closure that captures the script's locals costs Redis time on every
 -- call).
 if not v[4] then
   redis.call('del', lock)
-  if v[3] then redis.call('incr', fence) else redis.call('set', marker, 0, 'px', markerTTL) end
+  redis.call('set', marker, 0, 'px', markerTTL)
   return 0
 end
 --#queue
--- pass deletes the hash either way. A hash without TOKEN (written by an
--- older version) has no token to record in the counter: the marker.
-if pass(lock, fence, queue, deadlines, prefix, KEYS[6]) or not v[3] then
-  redis.call('set', marker, 0, 'px', markerTTL)
-else
-  redis.call('incr', fence)
-end
+pass(lock, fence, queue, deadlines, prefix, KEYS[6]) -- (deletes the hash either way)
+redis.call('set', marker, 0, 'px', markerTTL)
 return 0

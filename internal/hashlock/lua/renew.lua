@@ -1,4 +1,5 @@
--- renew: extend the lock's TTL if owner still holds it, in the same hold.
+-- renew: extend the lock's TTL if owner still holds it, in the same hold:
+-- its expiry becomes at least TTL from now, and never earlier than it was.
 --
 -- KEYS[1] lock hash    <prefix>{key}
 -- ARGV[1] owner
@@ -18,5 +19,7 @@ if v[2] then -- a hold that records its token and levels (fence.lua)
   if token ~= '' and v[2] ~= token then return 0 end
   if level ~= '' and not v[3] then return 0 end
 end
-redis.call('pexpire', KEYS[1], ARGV[2])
+-- Never shorter: another level of the hold (a re-entry with a longer TTL)
+-- may count on a later expiry than this renewal's.
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 1
