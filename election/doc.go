@@ -17,7 +17,14 @@
 // ZooKeeper session expired, the database session that held a SQL session
 // lock ended): Term.Done closes, and Term.Err says why. Run loops: campaign, run the function with a ctx that
 // is cancelled when the term ends (its cause is the loss), resign, wait
-// the retry period, campaign again.
+// the retry period, campaign again. Every term won is resigned on every
+// way out: when ctx ends while fn runs, or just as a campaign wins (the
+// lock handed over as a SIGTERM handler cancels), the release runs with a
+// ctx detached from the ended one and bounded by 5 s; a Campaign whose
+// ctx ended as the lock was granted releases it and reports ctx's end.
+// A release that fails (the server out of reach) frees the key as a
+// crash does: when the lease expires, or on ZooKeeper when the deletion,
+// retried in the background, succeeds or the session ends.
 //
 // Leader asks the locker who holds the key (lock.Client, redlock.Client,
 // zklock.Client and sqllock.Client have a Holder method: on Redis the

@@ -123,7 +123,9 @@ func (e *Election) Identity() string { return e.o.identity }
 
 // Campaign blocks until this instance leads, and returns its term; or
 // until ctx ends (an error matching lock.ErrNotObtained and ctx's error),
-// or the locker fails. Each term holds key's lock with an owner of its own
+// or the locker fails. A lock granted just as ctx ended is released
+// (within 5 s, with ctx's values but not its end) and Campaign reports
+// ctx's end: a campaign whose caller has gone leaves no term behind. Each term holds key's lock with an owner of its own
 // (the identity and a random suffix), so two campaigns of one instance
 // never re-enter each other's term.
 func (e *Election) Campaign(ctx context.Context) (*Term, error) {
@@ -133,6 +135,16 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	lease, err := e.l.Obtain(lock.WithOwner(ctx, owner), e.key, e.o.lockOpts...)
 	if err != nil {
 		return nil, err
+	}
+	if ctx.Err() != nil {
+		// The lock was granted as ctx ended: the caller, told that ctx
+		// ended, will not resign, so the lease is released here rather
+		// than held (renewed, or for the ZooKeeper session's life) by
+		// nobody.
+		rctx, cancel := detached(ctx)
+		lease.Release(rctx)
+		cancel()
+		return nil, errors.Join(lock.ErrNotObtained, ctx.Err())
 	}
 	t := &Term{lease: lease, identity: e.o.identity, since: time.Now(),
 		done: make(chan struct{}), resign: make(chan struct{})}
@@ -208,7 +220,10 @@ func (e *Election) observe(ctx context.Context, changed func(string)) {
 // lost, ends the term only; fn returning another error stops Run with that
 // error (after resigning), and so does a campaign that fails with
 // lock.ErrClosed or lock.ErrInvalid; other campaign errors (the server
-// down) are retried. Run returns nil once ctx ends.
+// down) are retried. Run returns nil once ctx ends, after resigning the
+// term it holds, even one won just as ctx ended: every resign on the way
+// out uses a ctx of its own (ctx's values, bounded by 5 s), so that the
+// next campaigner leads at once.
 func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: election: nil function", lock.ErrInvalid)
@@ -230,6 +245,11 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term
 		t, err := e.Campaign(ctx)
 		switch {
 		case ctx.Err() != nil:
+			if t != nil { // won as ctx ended: every term won is resigned
+				rctx, cancel := detached(ctx)
+				t.Resign(rctx)
+				cancel()
+			}
 			return nil
 		case errors.Is(err, lock.ErrClosed), errors.Is(err, lock.ErrInvalid):
 			return err // campaigning again would fail the same way
@@ -248,6 +268,16 @@ func (e *Election) Run(ctx context.Context, fn func(ctx context.Context, t *Term
 	}
 }
 
+// resignTimeout bounds a release made on the way out of Campaign or Run,
+// after their ctx ended.
+const resignTimeout = 5 * time.Second
+
+// detached returns a ctx for such a release: ctx's values without its end,
+// bounded by resignTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+}
+
 // lead runs one term: fn under a ctx bound to the term, then the resign.
 // It returns fn's error unless it is the term's own end or ctx's.
 func (e *Election) lead(ctx context.Context, t *Term, fn func(context.Context, *Term) error) error {
@@ -260,7 +290,7 @@ func (e *Election) lead(ctx context.Context, t *Term, fn func(context.Context, *
 		cancel(t.Err())
 	}()
 	ferr := fn(tctx, t)
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, rcancel := detached(ctx)
 	t.Resign(rctx)
 	rcancel()
 	cancel(nil)
