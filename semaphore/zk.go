@@ -56,7 +56,13 @@ func WithZKLockOptions(opts ...zklock.Option) ZKOption {
 // counts the lease nodes, takes a read lock on #leases (a new ephemeral
 // node: the permit, its czxid the fencing token) if fewer than N exist,
 // and otherwise waits, holding the mutex, for the #leases children to
-// change; then it releases the mutex. Only the acquirer at the head of
+// change; then it releases the mutex. The count is worth something only
+// while the mutex is held: the acquisition checks the mutex's loss just
+// before it creates the permit, and after it reads the mutex's line (in
+// the session's order, so after the create) to confirm that its mutex
+// node still leads it; if not (the session expired in between and another
+// acquirer may have taken the last permit) it deletes the permit and
+// fails with the loss. Only the acquirer at the head of
 // the line watches the leases: no herd. A permit is a zklock lease: it
 // lives as long as the session, and is reported lost as zklock reports
 // its leases (with zklock.WithSessionTimeout, before the server can
@@ -104,7 +110,9 @@ func (z *ZK) TryObtain(ctx context.Context, name string, opts ...lock.Option) (l
 }
 
 // Acquire blocks until it holds a permit of name, ctx ends (an error
-// matching lock.ErrNotObtained and ctx's error) or the client is closed.
+// matching lock.ErrNotObtained and ctx's error) or the client is closed;
+// it fails with an error matching lock.ErrLockLost if the acquirers' mutex
+// is lost during the acquisition (the session expired).
 // The permit is a *zklock.Lease. Permits are not reentrant.
 func (z *ZK) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	return z.acquire(ctx, name, true)
@@ -166,9 +174,27 @@ func (z *ZK) acquire(ctx context.Context, name string, wait bool) (lock.Lease, e
 			}
 		}
 		if held < limit {
+			// The count was read under the mutex: it is worth something
+			// only while the mutex is held. Checked before the create
+			// (cheap, local), then after it against the server, since the
+			// session may expire in between: the create would then run in
+			// a new session, outside the mutex, while another acquirer
+			// holding it takes the last permit.
+			if err := mutexLost(name, mutex); err != nil {
+				return nil, err
+			}
+			if h := zkHookBeforePermit; h != nil {
+				h(name)
+			}
 			p, err := z.locks.Read().TryObtain(lock.WithOwner(ctx, owner()), leasesKey)
 			if err != nil {
 				return nil, fmt.Errorf("semaphore: take a permit of %q: %w", name, err)
+			}
+			if err := z.stillHeld(ctx, name, mutex); err != nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				p.Release(rctx) // zklock deletes it in the background if this fails
+				cancel()
+				return nil, err
 			}
 			return p, nil
 		}
@@ -183,7 +209,7 @@ func (z *ZK) acquire(ctx context.Context, name string, wait bool) (lock.Lease, e
 		case <-t.C:
 		case <-mutex.Lost():
 			t.Stop()
-			return nil, fmt.Errorf("semaphore: %q: the acquirers' mutex was lost: %w", name, mutex.(*zklock.Lease).Err())
+			return nil, mutexLost(name, mutex)
 		case <-ctx.Done():
 			t.Stop()
 			return nil, errors.Join(lock.ErrNotObtained, ctx.Err())
@@ -191,6 +217,44 @@ func (z *ZK) acquire(ctx context.Context, name string, wait bool) (lock.Lease, e
 		t.Stop()
 	}
 }
+
+// mutexLost returns the error of an acquisition whose mutex was reported
+// lost (matching lock.ErrLockLost and the reason), or nil.
+func mutexLost(name string, mutex lock.Lease) error {
+	if err := lock.LostCause(mutex); err != nil {
+		return fmt.Errorf("semaphore: %q: the acquirers' mutex was lost: %w", name, err)
+	}
+	return nil
+}
+
+// stillHeld checks, after a permit's creation, that the acquirers' mutex
+// was held throughout: its node, the one this acquisition created (the
+// same czxid, the lease's token), still leads the mutex's line. ZooKeeper
+// answers a session's requests in order, so this read sees the create; a
+// mutex node that exists now existed when the permit was counted and
+// created (ephemeral nodes are never re-created), and no other acquirer
+// could hold the mutex meanwhile. A mutex whose session expired is gone
+// with it, whatever the client has reported yet.
+func (z *ZK) stillHeld(ctx context.Context, name string, mutex lock.Lease) error {
+	if err := mutexLost(name, mutex); err != nil {
+		return err
+	}
+	_, token, err := z.locks.Holder(ctx, name+"#mutex")
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return errors.Join(lock.ErrNotObtained, ctx.Err())
+	case err != nil:
+		return fmt.Errorf("semaphore: %q: confirm the acquirers' mutex after taking a permit (the permit is given back): %w", name, err)
+	case token != mutex.Token():
+		return fmt.Errorf("semaphore: %q: the acquirers' mutex was lost before the permit was taken (its node is gone; the permit is given back): %w: %w",
+			name, lock.ErrLockLost, lock.ErrNotHeld)
+	}
+	return nil
+}
+
+// zkHookBeforePermit, if set (by tests only), is called with the name
+// just before an acquisition creates its permit.
+var zkHookBeforePermit func(name string)
 
 // permits returns name's N: the data of its #limit node, or the client's
 // default.

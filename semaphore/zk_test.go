@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,5 +117,58 @@ func TestZKFullAndExpiry(t *testing.T) {
 	q.Release(ctx)
 	if _, err := b.TryAcquire(ctx, "a#b"); !errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("name with '#': %v", err)
+	}
+}
+
+// TestZKMutexLostBeforePermit: an acquirer counts N − 1 = 0 permits under
+// the acquirers' mutex, then its session expires before it creates its
+// permit; meanwhile another acquirer takes the mutex (the first one's node
+// went with its session) and the last permit. The first must not create
+// permit N + 1 in its new session: its Acquire fails with the mutex's
+// loss, and the semaphore holds one permit, N = 1. The server is real;
+// the moment is a hook between the decision and the create, which no
+// fault of the network can hit reliably.
+func TestZKMutexLostBeforePermit(t *testing.T) {
+	ctx := ctxFor(t, 60*time.Second)
+	name := newName(t)
+	a, aconn := newZK(t)
+	b, _ := newZK(t)
+	c, _ := newZK(t)
+	var fired atomic.Bool
+	bgot := make(chan lock.Lease, 1)
+	restore := semaphore.SetZKHookBeforePermit(func(n string) {
+		if n != name || !fired.CompareAndSwap(false, true) {
+			return // b's acquisition, or another test's
+		}
+		defer close(bgot)
+		if err := aconn.Expire(); err != nil {
+			t.Error(err)
+			return
+		}
+		q, err := b.Acquire(ctx, name)
+		if err != nil {
+			t.Errorf("b's Acquire after a's session expired: %v", err)
+			return
+		}
+		bgot <- q
+	})
+	defer restore()
+	p, err := a.Acquire(ctx, name)
+	q := <-bgot
+	if q == nil {
+		t.FailNow()
+	}
+	defer q.Release(ctx)
+	if err == nil {
+		defer p.Release(ctx)
+		t.Errorf("a's Acquire gave it a permit (token %d) while b holds one (token %d), N = 1", p.Token(), q.Token())
+	} else if !errors.Is(err, lock.ErrLockLost) {
+		t.Errorf("a's Acquire = %v, want an error matching lock.ErrLockLost (the mutex's loss)", err)
+	}
+	if r, err := c.TryAcquire(ctx, name); !errors.Is(err, semaphore.ErrNoPermit) {
+		if err == nil {
+			r.Release(ctx)
+		}
+		t.Errorf("TryAcquire with b's permit held, N = 1: %v, want ErrNoPermit", err)
 	}
 }
