@@ -12,16 +12,21 @@
 -- ARGV[4] how long the marker is kept, ms: a release sent again within it
 --         (its reply was lost) answers 1 again, and grants nothing again
 --
--- Returns 1 if the permit was held, 0 if not (expired, released).
+-- Returns 1 if the permit was held, 0 if not (expired, released). A
+-- permit whose expiry has passed on the server's clock is not held, swept
+-- or not: it is dropped with the others and the answer is 0.
 local holders, limitk, queue, deadlines, tokens, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local removed = redis.call('zrem', holders, ARGV[1])
-if removed == 1 then
+local t, now = clock()
+local exp = redis.call('zscore', holders, ARGV[1])
+local removed = 0
+if exp and tonumber(exp) > now then
+  redis.call('zrem', holders, ARGV[1])
   redis.call('hdel', tokens, ARGV[1])
   redis.call('set', marker, '1', 'px', ARGV[4])
-elseif redis.call('exists', marker) == 1 then
+  removed = 1
+elseif not exp and redis.call('exists', marker) == 1 then
   return 1 -- released by this release's first run
 end
-local t, now = clock()
 expire(holders, tokens, now)
 local limit = tonumber(redis.call('get', limitk) or ARGV[2]) or tonumber(ARGV[2])
 grant(holders, fence, queue, deadlines, tokens, limit - redis.call('zcard', holders), t, now, ARGV[3])
