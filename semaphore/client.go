@@ -72,6 +72,7 @@ type options struct {
 	metrics       lock.Metrics
 	metricsKey    func(string) string
 	logger        *slog.Logger
+	now           func() time.Time
 }
 
 // WithPrefix sets the prefix of every key and channel. Default:
@@ -99,6 +100,18 @@ func WithMetrics(m lock.Metrics) Option { return func(o *options) { o.metrics = 
 // WithMetricsKey sets the label the metrics hooks get for a semaphore's
 // name. Default: none, the hooks get "".
 func WithMetricsKey(fn func(string) string) Option { return func(o *options) { o.metricsKey = fn } }
+
+// WithClock sets the clock that times permits on this side: the
+// watchdog's deadlines (Until, Lost), and whether a release began after
+// the deadline (see Permit.Release). Default: time.Now. Tests use it to
+// stand for a process stopped past its deadline.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
 
 // WithLogger sets where the client logs a renewal that failed or a permit
 // lost (Warn; Info when Close ended it). Default: slog.Default() at New.
@@ -135,7 +148,7 @@ var _ lock.Locker = (*Client)(nil)
 // returns a Client even for invalid arguments: Err reports them, and every
 // call returns that error (matching lock.ErrInvalid).
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	o := options{prefix: DefaultPrefix, permits: 1, ttl: DefaultTTL, waiterTimeout: DefaultWaiterTimeout}
+	o := options{prefix: DefaultPrefix, permits: 1, ttl: DefaultTTL, waiterTimeout: DefaultWaiterTimeout, now: time.Now}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -271,7 +284,7 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		}
 	}()
 	for {
-		sent := time.Now()
+		sent := c.o.now()
 		res, err := acquireScript.Run(ctx, c.rdb, keys, id, ttl.Milliseconds(), c.o.permits, argWait,
 			c.o.waiterTimeout.Milliseconds(), argGrant).Int64Slice()
 		if err != nil {
@@ -311,7 +324,7 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 			// holds the permit for grant from the grant on, hence from
 			// sent on at least. A late message, or one past that: the next
 			// attempt finds out and takes what was granted.
-			if token > fence && time.Now().Before(sent.Add(grant)) {
+			if token > fence && c.o.now().Before(sent.Add(grant)) {
 				return c.newPermit(name, keys, id, token, ttl, grant, o.MaxHold, sent), nil
 			}
 		case <-timer.C:

@@ -38,6 +38,7 @@ func (c *Client) newPermit(name string, keys []string, id string, token int64, t
 		FirstTTL:    first,
 		MaxHold:     maxHold,
 		LastRenewed: sent,
+		Now:         c.o.now,
 		Observer:    permitEvents{p},
 		Renew: func(ctx context.Context) error {
 			n, err := renewScript.Run(ctx, c.rdb, []string{keys[0], keys[5]}, id, ttl.Milliseconds()).Int64()
@@ -96,6 +97,10 @@ func (p *Permit) Err() error { return lostErr(p.wd.Err()) }
 // the zero Time once it is lost.
 func (p *Permit) Until() time.Time { return p.wd.Until() }
 
+// errDeadlinePassed is the cause of the loss of a permit whose deadline
+// had passed when its release began, and that Redis did not answer.
+var errDeadlinePassed = fmt.Errorf("%w: %w: its deadline passed before its release", lock.ErrNotHeld, watchdog.ErrExpired)
+
 func lostErr(err error) error {
 	switch {
 	case err == nil:
@@ -107,9 +112,15 @@ func lostErr(err error) error {
 }
 
 // Release gives the permit back and hands it to the first waiter, if one
-// is queued.
-// It returns lock.ErrNotHeld if the permit had expired (or was released
-// before).
+// is queued. It returns lock.ErrNotHeld if the permit had expired on
+// Redis's clock (swept or not), or was released before. If Redis does not
+// answer, it returns the error and the permit expires after its TTL
+// (renewals stop); a release that began after the permit's deadline had
+// passed (on this client's clock, as Until reports it: the process was
+// stopped or starved past it) and gets no answer reports the permit lost
+// instead: Lost closes and the error matches lock.ErrNotHeld too, since
+// the permit may be another holder's by then. A second Release returns
+// lock.ErrNotHeld without asking Redis.
 func (p *Permit) Release(ctx context.Context) error {
 	err := p.release(ctx)
 	if p.c.o.metrics != nil {
@@ -128,6 +139,9 @@ func (p *Permit) release(ctx context.Context) error {
 	if done {
 		return lock.ErrNotHeld
 	}
+	// Whether the deadline had passed by this client's clock when the
+	// release began, with no loss reported yet (as package lock judges it).
+	expired := p.wd.Overdue()
 	p.wd.Stop()
 	if c.o.metrics != nil {
 		c.obs.Held(p.name, time.Since(p.since))
@@ -135,7 +149,12 @@ func (p *Permit) release(ctx context.Context) error {
 	keys := []string{p.keys[0], p.keys[2], p.keys[3], p.keys[4], p.keys[5], p.keys[0] + ":r:" + p.id, p.keys[1]}
 	n, err := releaseScript.Run(ctx, c.rdb, keys, p.id, c.o.permits, c.o.prefix+"wake:", releaseWindow.Milliseconds()).Int64()
 	if err != nil {
-		return fmt.Errorf("semaphore: release %q: %w (the permit expires after its TTL)", p.name, err)
+		err = fmt.Errorf("semaphore: release %q: %w (the permit expires after its TTL)", p.name, err)
+		if expired {
+			p.wd.Lose(errDeadlinePassed)
+			return fmt.Errorf("%w: %q: the permit's deadline passed before its release: %w", lock.ErrNotHeld, p.name, err)
+		}
+		return err
 	}
 	if n == 0 {
 		return lock.ErrNotHeld
