@@ -116,3 +116,73 @@ func TestLostReplyForGoodLeaves(t *testing.T) {
 	}
 	q.Release(ctx)
 }
+
+// waitFor polls cond every 10 ms until it holds, failing t after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLostReplyOtherScripts: renew, leave and setlimit run twice (their
+// reply lost, go-redis sends them again) and answer as their first run
+// did: the renewed permit stays held (no shorter expiry, no loss), the
+// waiter that left is not granted the permit, and N is what was set.
+func TestLostReplyOtherScripts(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	name := newName(t)
+	c, r := lossyClient(t)
+
+	r.Arm(semaphore.Scripts()["renew.lua"].Hash())
+	p, err := c.TryAcquire(ctx, name, lock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "lost renewal reply", func() bool { return r.Lost() > 0 })
+	until := p.Until()
+	waitFor(t, 5*time.Second, "renewal after the resent one", func() bool { return p.Until().After(until) })
+	if err := p.Err(); err != nil {
+		t.Fatalf("the permit after a resent renewal: %v", err)
+	}
+
+	// A waiter that gives up while p is held; its leave is resent.
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	defer rdb.Close()
+	queue := semaphore.DefaultPrefix + "{" + name + "}:q"
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := c.Acquire(wctx, name); done <- err }()
+	waitFor(t, 5*time.Second, "queued waiter", func() bool { return rdb.LLen(ctx, queue).Val() == 1 })
+	r.Arm(semaphore.Scripts()["leave.lua"].Hash())
+	lost := r.Lost()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire: %v", err)
+	}
+	if r.Lost() == lost {
+		t.Fatal("no leave reply was lost")
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, h, _ := c.Usage(ctx, name); h != 0 {
+		t.Fatalf("%d permits held after the release: the waiter that left was granted one", h)
+	}
+
+	r.Arm(semaphore.Scripts()["setlimit.lua"].Hash())
+	lost = r.Lost()
+	if err := c.SetPermits(ctx, name, 3); err != nil {
+		t.Fatalf("SetPermits whose reply was lost and resent: %v", err)
+	}
+	if r.Lost() == lost {
+		t.Fatal("no setlimit reply was lost")
+	}
+	if n, _, _ := c.Usage(ctx, name); n != 3 {
+		t.Fatalf("N = %d after SetPermits(3)", n)
+	}
+}
