@@ -53,11 +53,21 @@
 // renewal that finds the permit gone, or renewals that fail past the TTL,
 // lose it: Lost closes, lock.Do's ctx is cancelled.
 //
+// A release judges the permit by its expiry on Redis's clock, not by its
+// presence in the sorted set: a permit whose expiry has passed is not
+// held, whether a script has swept it yet or not, and its release answers
+// lock.ErrNotHeld.
+//
 // A command whose reply was lost and that go-redis sent again runs twice:
 // an acquisition that finds the permit it took (or was granted) answers
 // that permit and its token again, and a release that finds its marker
 // answers that it released, as its first run did, and grants nothing
-// again.
+// again; a renewal, a leave and SetPermits find their own effect done and
+// do it again harmlessly. No script shortens a live permit's expiry:
+// each sets only the expiry of the permit it creates, takes or renews, to
+// now + its TTL (a grant's: now + the grant TTL, which the taker's
+// acquisition and renewals only lengthen, the grant TTL being at most the
+// TTL).
 //
 // # Guarantees
 //
@@ -66,10 +76,24 @@
 // permits come back; a larger one at once). A holder learns of a permit
 // it no longer has no later than TTL after the send of its last successful
 // renewal, before Redis can give the permit to another (the expiry is
-// counted from Redis's clock at the script, after the send). As for every
+// counted from Redis's clock at the script, after the send). A release
+// that begins after that deadline (on the client's clock: the process was
+// stopped or starved past it) and gets no answer from Redis reports the
+// permit lost (Lost closes, the error matches lock.ErrNotHeld), since it
+// may be another holder's by then; before the deadline an unanswered
+// release is a plain error, and the permit expires after its TTL. As for every
 // Redis lock: a single Redis that loses data (a restart without
 // persistence, a failover to a lagging replica) can let more than N in;
 // fencing tokens still increase.
+//
+// On ZooKeeper (ZK), at most N permits are handed out, N being the value
+// each acquisition read under the acquirers' mutex: the count and the
+// create are made under the mutex, and an acquisition that cannot show it
+// held the mutex throughout (its session expired in between, so another
+// acquirer may have taken the last permit) deletes the permit it created
+// and fails with an error matching lock.ErrLockLost. Until that deletion
+// the node is counted by other acquisitions, which then wait rather than
+// take one too many.
 //
 // # When not to use it
 //
