@@ -15,10 +15,10 @@
 // releases the key, so the next campaigner leads at once) or until the
 // lease is lost (its renewal failed past the TTL, the key was deleted, the
 // ZooKeeper session expired, the database session that held a SQL session
-// lock ended): Term.Done closes, and Term.Err says why. Run loops: campaign, run the function with a ctx that
-// is cancelled when the term ends (its cause is the loss), resign, wait
-// the retry period, campaign again. Every term won is resigned on every
-// way out: when ctx ends while fn runs, or just as a campaign wins (the
+// lock ended): Term.Done closes, and Term.Err says why. Run loops:
+// campaign, run the function with a ctx that is cancelled when the term
+// ends (its cause is the loss), resign, wait the retry period, campaign
+// again. Every term won is resigned on every way out: when ctx ends while fn runs, or just as a campaign wins (the
 // lock handed over as a SIGTERM handler cancels), the release runs with a
 // ctx detached from the ended one and bounded by 5 s; a Campaign whose
 // ctx ended as the lock was granted releases it and reports ctx's end.

@@ -125,9 +125,10 @@ func (e *Election) Identity() string { return e.o.identity }
 // until ctx ends (an error matching lock.ErrNotObtained and ctx's error),
 // or the locker fails. A lock granted just as ctx ended is released
 // (within 5 s, with ctx's values but not its end) and Campaign reports
-// ctx's end: a campaign whose caller has gone leaves no term behind. Each term holds key's lock with an owner of its own
-// (the identity and a random suffix), so two campaigns of one instance
-// never re-enter each other's term.
+// ctx's end: a campaign whose caller has gone leaves no term behind. Each
+// term holds key's lock with an owner of its own (the identity and a
+// random suffix), so two campaigns of one instance never re-enter each
+// other's term.
 func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	var b [8]byte
 	crand.Read(b[:])

@@ -62,11 +62,11 @@ func WithZKLockOptions(opts ...zklock.Option) ZKOption {
 // the session's order, so after the create) to confirm that its mutex
 // node still leads it; if not (the session expired in between and another
 // acquirer may have taken the last permit) it deletes the permit and
-// fails with the loss. Only the acquirer at the head of
-// the line watches the leases: no herd. A permit is a zklock lease: it
-// lives as long as the session, and is reported lost as zklock reports
-// its leases (with zklock.WithSessionTimeout, before the server can
-// expire the session). ZK implements lock.Locker.
+// fails with the loss. Only the acquirer at the head of the line watches
+// the leases: no herd. A permit is a zklock lease: it lives as long as the
+// session, and is reported lost as zklock reports its leases (with
+// zklock.WithSessionTimeout, before the server can expire the session).
+// ZK implements lock.Locker.
 type ZK struct {
 	conn  *zk.Conn
 	locks *zklock.Client
