@@ -4,7 +4,10 @@
 // lease table), with the guarantees of the lock underneath. It is the shape
 // of etcd's Election, Curator's LeaderLatch and Kubernetes' leaderelection
 // for fleets that already run coordkit's locks: a singleton job (one
-// instance sends the nightly report, one drains the outbox) wrapped in Run.
+// instance drains the outbox, one runs the scheduler) wrapped in Run, which
+// calls the job whenever its instance leads and again after it returns,
+// so the job is one that runs until its ctx ends. A one-off (send the
+// nightly report once) takes one term: Campaign, the work, Resign.
 //
 // # Algorithm
 //

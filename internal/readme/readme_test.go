@@ -58,7 +58,7 @@ var (
 
 func withdraw(ctx context.Context, user string, amount int) error { return nil }
 
-func sendReport(ctx context.Context, token int64) error { return nil }
+func drainOutbox(ctx context.Context, token int64) error { <-ctx.Done(); return nil }
 
 var locker lock.Locker
 
