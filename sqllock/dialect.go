@@ -68,7 +68,7 @@ type sessionSQL struct {
 	confirm string // MySQL: is the lock still this connection's (after 0 rows changed)
 	release string // frees the lock and marks the row cleanly released
 	undo    string // frees a lock not handed out, taking back its extension of the row's expiry
-	unlock  string // frees the lock, if held, and nothing else
+	unlock  string // frees one level of the lock, if held, and nothing else: true if it did
 	holder  string // owner and token of the current holder
 }
 
@@ -111,7 +111,9 @@ ON DUPLICATE KEY UPDATE
 			// it, once: RELEASE_LOCK runs once, on the hold's row.
 			release: r.Replace("UPDATE {t} SET expires = 0 WHERE name = ? AND token = ? AND RELEASE_LOCK(?) = 1"),
 			// Arguments: TTL in µs, name, token, lock name.
-			undo:   r.Replace("UPDATE {t} SET expires = expires - ? WHERE name = ? AND token = ? AND RELEASE_LOCK(?) = 1"),
+			undo: r.Replace("UPDATE {t} SET expires = expires - ? WHERE name = ? AND token = ? AND RELEASE_LOCK(?) = 1"),
+			// Arguments: lock name. 1 if it freed one level of the lock
+			// (GET_LOCK is re-entrant), 0 or NULL if it held none.
 			unlock: "SELECT RELEASE_LOCK(?)",
 			// Arguments: name, lock name.
 			holder: r.Replace("SELECT owner, token FROM {t} WHERE name = ? AND session = IS_USED_LOCK(?)"),
@@ -152,7 +154,11 @@ SELECT pg_advisory_unlock($1) FROM u`),
 		// Arguments: key, name, token, TTL in µs.
 		undo: r.Replace(`WITH u AS (UPDATE {t} SET expires = expires - $4 WHERE name = $2 AND token = $3 RETURNING 1)
 SELECT pg_advisory_unlock($1) FROM u`),
-		unlock: "SELECT pg_advisory_unlock($1)",
+		// Arguments: key. Unlocks one level of a lock this session holds,
+		// and answers false, without pg_advisory_unlock's warning, when it
+		// holds none (the EXISTS, an InitPlan, runs first).
+		unlock: "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND " + mine + `)
+  THEN pg_advisory_unlock($1) ELSE false END`,
 		// Arguments: key, name.
 		holder: r.Replace(`SELECT f.owner, f.token FROM {t} f WHERE f.name = $2 AND EXISTS (
   SELECT 1 FROM pg_locks WHERE pid = f.session

@@ -90,6 +90,19 @@
 // wait in a local line, so only one of them holds a connection waiting in
 // the server.
 //
+// Session locks are re-entrant per session: a session granted the lock
+// twice must unlock it twice. An acquiring statement can end after the
+// grant without handing the lock out: it waited for the fencing row behind
+// a slower transaction (a previous holder's COMMIT in an fsync stall, an
+// operator's DELETE in an open transaction) until lock_timeout,
+// statement_timeout (max_statement_time, innodb_lock_wait_timeout) or a
+// cancel ended it, or it failed. Every such end, and every give-back, is
+// followed by unlocking until the session holds the lock no more
+// (pg_advisory_unlock, RELEASE_LOCK, guarded so that a lock not held is not
+// unlocked), or by closing the connection, before the connection is used
+// again or pooled. So a hold's connection holds its lock exactly once, and
+// no connection goes back to the pool holding one.
+//
 // While held, the watchdog checks the pinned connection every TTL/3 with
 // one statement that proves the lock is still this session's (WHERE
 // IS_USED_LOCK(name) = CONNECTION_ID(); EXISTS a granted advisory lock of

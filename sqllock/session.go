@@ -42,10 +42,27 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 		if !r.block || r.o.Retry != nil {
 			slice = 0 // one try
 		}
+		if conn == nil { // the last one was closed, not clean
+			if conn, err = c.repin(ctx, r); err != nil {
+				return nil, err
+			}
+		}
 		sent := c.o.now()
 		out, given := c.sessionTry(ctx, conn, r, slice)
 		if given { // ctx ended; the statement and the connection went on without us
 			return nil, notObtainedCtx(ctx.Err())
+		}
+		if !out.ok && out.dirty {
+			// The statement ended (a timeout, a cancel, an error) after it
+			// may have been granted the lock: waiting for the fencing row
+			// behind a slow transaction, for instance. Session locks are
+			// re-entrant: unlock until the session holds nothing, or close
+			// the connection, before anything else runs on it.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			if !c.unlockConn(cctx, conn, r.id) {
+				conn = nil
+			}
+			cancel()
 		}
 		if out.ok && c.o.now().Sub(sent) >= r.o.TTL {
 			// The answer came after the TTL had run since the send (a
@@ -53,18 +70,12 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 			// arrival, its row's expiry already past. Give it back and,
 			// for Obtain, try again.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			kept := c.giveBack(cctx, conn, r, out.token)
-			cancel()
-			if !kept && r.block {
-				if conn, err = c.repin(ctx, r); err != nil {
-					return nil, err
-				}
-				kept = true
+			if !c.giveBack(cctx, conn, r, out.token) {
+				conn = nil
 			}
+			cancel()
 			if !r.block {
-				if kept {
-					conn.Close()
-				}
+				closeConn(conn)
 				return nil, lock.ErrNotObtained
 			}
 			continue
@@ -90,30 +101,21 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 		case out.ok:
 			return c.newSessionHold(r, conn, out.token, sent), nil
 		case errors.Is(out.err, ErrClosed):
-			conn.Close()
+			closeConn(conn)
 			return nil, ErrClosed
 		case out.err != nil:
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			kept := c.unlockConn(cctx, conn, r.id) // closes conn unless it is clean again
-			cancel()
-			// No answer within the statement's bound (slice + TTL): not
-			// obtained; a lock it may have taken went with its connection,
-			// which the driver closed. Obtain tries again.
+			// conn, if not nil, holds nothing (unlocked above). No answer
+			// within the statement's bound (slice + TTL): not obtained; a
+			// lock it may have taken went with its connection, which the
+			// driver closed. Obtain tries again.
 			timedOut := errors.Is(out.err, context.DeadlineExceeded) && ctx.Err() == nil
 			if ctx.Err() == nil && (Retryable(out.err) && retries < maxRetries || timedOut && r.block) {
 				if !timedOut {
 					retries++
 				}
-				if !kept {
-					if conn, err = c.repin(ctx, r); err != nil {
-						return nil, err
-					}
-				}
 				continue
 			}
-			if kept {
-				conn.Close()
-			}
+			closeConn(conn)
 			switch {
 			case ctx.Err() != nil:
 				return nil, notObtainedCtx(ctx.Err())
@@ -122,17 +124,25 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 			}
 			return nil, fmt.Errorf("sqllock: obtain %q: %w", r.key, out.err)
 		case !r.block:
-			conn.Close()
+			closeConn(conn)
 			return nil, lock.ErrNotObtained
 		}
 		if r.o.Retry != nil && !sleep(ctx, &timer, r.o.Retry(attempt)) {
-			conn.Close()
+			closeConn(conn)
 			return nil, notObtainedCtx(ctx.Err())
 		}
 		if ctx.Err() != nil {
-			conn.Close()
+			closeConn(conn)
 			return nil, notObtainedCtx(ctx.Err())
 		}
+	}
+}
+
+// closeConn returns conn, which holds no session lock, to the pool; nil
+// (closed already) is fine.
+func closeConn(conn *sql.Conn) {
+	if conn != nil {
+		conn.Close()
 	}
 }
 
@@ -252,17 +262,32 @@ func (c *Client) sessionStmt(ctx context.Context, conn *sql.Conn, r *request, sl
 	return outcome{err: err, dirty: true}
 }
 
-// unlockConn releases the session lock id on conn, if it holds it, and
-// reports whether conn is clean and usable again; if not, conn was closed
-// (discarded: its session ends, freeing whatever it held).
+// maxUnlocks bounds the levels of one session lock unlockConn frees before
+// it closes the connection instead. A connection of the Client holds a
+// lock once at most; more is a bug, which closing the connection cures.
+const maxUnlocks = 4
+
+// unlockConn frees the session lock id on conn until conn holds it no more
+// (session locks are re-entrant: once per grant), and reports whether conn
+// is clean and usable again; if not, conn was closed (discarded: its
+// session ends, freeing whatever it held). Every path that ends an
+// acquiring statement which may have been granted the lock, without handing
+// the lock out, runs it (or closes the connection).
 func (c *Client) unlockConn(ctx context.Context, conn *sql.Conn, id any) bool {
-	var v sql.NullBool
-	if err := c.queryRow(ctx, conn, c.ses.unlock, id).Scan(&v); err != nil {
-		c.obs.Debug("unlocking a session lock failed; closing its connection", "lock", id, "err", err)
-		discard(conn)
-		return false
+	for range maxUnlocks {
+		var freed sql.NullBool
+		if err := c.queryRow(ctx, conn, c.ses.unlock, id).Scan(&freed); err != nil {
+			c.obs.Debug("unlocking a session lock failed; closing its connection", "lock", id, "err", err)
+			discard(conn)
+			return false
+		}
+		if !freed.Valid || !freed.Bool {
+			return true
+		}
 	}
-	return true
+	c.obs.Debug("a connection held a session lock more than once; closing it", "lock", id)
+	discard(conn)
+	return false
 }
 
 // giveBack frees a lock conn obtained for r but that was not handed out,
@@ -277,7 +302,9 @@ func (c *Client) giveBack(ctx context.Context, conn *sql.Conn, r *request, token
 	}
 	ok, err := c.sessionWrite(ctx, conn, c.ses.undo, args)
 	if ok {
-		return true
+		// It freed one level; make sure there is no other before the
+		// connection can go back to the pool.
+		return c.unlockConn(ctx, conn, r.id)
 	}
 	c.obs.Debug("giving back a session lock failed; closing its connection", "key", r.key, "token", token, "err", err)
 	discard(conn)
