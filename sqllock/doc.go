@@ -233,7 +233,10 @@
 //     database's row lock, one round trip. Right when the whole critical
 //     section is one row's arithmetic.
 //   - ForUpdate: a transaction that first locks its rows with SELECT ... FOR
-//     UPDATE, then runs fn; Tx is the same without the SELECT. Deadlocks
+//     UPDATE, then runs fn; Tx is the same without the SELECT. The locking
+//     clause is the caller's explicit choice (WithLocking: FOR UPDATE by
+//     default, NOWAIT, SKIP LOCKED, FOR SHARE), always appended: the query
+//     must not have one (ForUpdate never searches a query's text). Deadlocks
 //     and lock wait timeouts of either database (MySQL 1213 and 1205,
 //     PostgreSQL 40P01 and 55P03) and serialization failures (40001) roll
 //     back and run it again, a bounded number of times with backoff

@@ -39,22 +39,54 @@ func lockFenceRow(t *testing.T, b backend, key string, how string) (unlock func(
 	return unlock
 }
 
-// rowWaits counts the waits for row locks of the fencing table that
-// begin after it is made: acquiring statements behind another transaction.
+// rowWaits counts the waits for row locks that begin after it is made, by
+// statements whose text contains like (on PostgreSQL; MariaDB counts every
+// wait): acquiring statements behind another transaction.
 type rowWaits struct {
 	t    *testing.T
 	b    backend
 	db   *sql.DB
-	base int64 // MySQL: Innodb_row_lock_waits when made
+	like string
+	base int64              // MySQL: Innodb_row_lock_waits when made
+	seen map[[2]string]bool // PostgreSQL: waiting statements seen (pid, start)
 }
 
-func newRowWaits(t *testing.T, b backend) *rowWaits {
+func newRowWaits(t *testing.T, b backend, like string) *rowWaits {
 	t.Helper()
-	w := &rowWaits{t: t, b: b, db: b.openDB(t)}
+	w := &rowWaits{t: t, b: b, db: b.openDB(t), like: like}
 	if b.dialect == sqllock.MySQL {
 		w.base = w.innodbWaits()
 	}
 	return w
+}
+
+// count returns the number of waits seen so far; on PostgreSQL, distinct
+// waiting statements seen by this and earlier calls. It is safe to call
+// from any goroutine, but not concurrently.
+func (w *rowWaits) count() (int64, error) {
+	if w.b.dialect == sqllock.MySQL {
+		var name string
+		var n int64
+		err := w.db.QueryRow("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_waits'").Scan(&name, &n)
+		return n - w.base, err
+	}
+	if w.seen == nil {
+		w.seen = map[[2]string]bool{}
+	}
+	rows, err := w.db.Query(`SELECT CAST(pid AS text), CAST(query_start AS text) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, w.like)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			return 0, err
+		}
+		w.seen[k] = true
+	}
+	return int64(len(w.seen)), rows.Err()
 }
 
 // innodbWaits is MariaDB's count of row lock waits since it started (the
@@ -74,28 +106,11 @@ func (w *rowWaits) innodbWaits() int64 {
 // 20 s.
 func (w *rowWaits) wait(n int) {
 	w.t.Helper()
-	q := `SELECT CAST(pid AS text), CAST(query_start AS text) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND query LIKE '%` + sqllock.DefaultFenceTable + `%'`
-	seen := map[[2]string]bool{}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		var got int64
-		if w.b.dialect == sqllock.MySQL {
-			got = w.innodbWaits() - w.base
-		} else {
-			rows, err := w.db.Query(q)
-			if err != nil {
-				w.t.Fatal(err)
-			}
-			for rows.Next() {
-				var k [2]string
-				if err := rows.Scan(&k[0], &k[1]); err != nil {
-					w.t.Fatal(err)
-				}
-				seen[k] = true
-			}
-			rows.Close()
-			got = int64(len(seen))
+		got, err := w.count()
+		if err != nil {
+			w.t.Fatal(err)
 		}
 		if got >= int64(n) {
 			return
@@ -153,7 +168,7 @@ func TestReleaseAfterRowLockTimeout(t *testing.T) {
 					t.Fatal(err)
 				}
 				unlock := lockFenceRow(t, b, key, how)
-				waits := newRowWaits(t, b)
+				waits := newRowWaits(t, b, sqllock.DefaultFenceTable)
 				got := obtainAsync(ctx, c, key)
 				waits.wait(2) // a timeout, and a second try
 				unlock()
@@ -194,7 +209,7 @@ func TestSessionErrorPathsHoldNothing(t *testing.T) {
 		mysql: nil, pg: nil,
 		run: func(t *testing.T, ctx context.Context, b backend, c *sqllock.Client, key string, unlock func()) error {
 			wctx, cancel := context.WithCancel(ctx)
-			waits := newRowWaits(t, b)
+			waits := newRowWaits(t, b, sqllock.DefaultFenceTable)
 			got := obtainAsync(wctx, c, key)
 			waits.wait(1)
 			cancel()

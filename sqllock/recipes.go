@@ -97,6 +97,7 @@ type retryOptions struct {
 	attempts int
 	backoff  func(attempt int) time.Duration
 	tx       *sql.TxOptions
+	locking  Locking
 }
 
 // DefaultAttempts is how many times Tx, ForUpdate and Versioned.Update try
@@ -104,14 +105,17 @@ type retryOptions struct {
 const DefaultAttempts = 10
 
 func resolveRetry(opts []RetryOption) (retryOptions, error) {
-	o := retryOptions{attempts: DefaultAttempts, backoff: DefaultBackoff}
+	o := retryOptions{attempts: DefaultAttempts, backoff: DefaultBackoff, locking: LockForUpdate}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	if o.attempts < 1 || o.backoff == nil {
+	switch {
+	case o.attempts < 1 || o.backoff == nil:
 		return o, invalid("retry options: %d attempts, backoff %v", o.attempts, o.backoff != nil)
+	case strings.TrimSpace(string(o.locking)) == "" || strings.ContainsAny(string(o.locking), ";-/"):
+		return o, invalid("locking clause %q", o.locking)
 	}
 	return o, nil
 }
@@ -125,6 +129,39 @@ func WithAttempts(n int) RetryOption { return func(o *retryOptions) { o.attempts
 func WithBackoff(delay func(attempt int) time.Duration) RetryOption {
 	return func(o *retryOptions) { o.backoff = delay }
 }
+
+// Locking is the locking clause ForUpdate appends to its query: one of the
+// constants, or another clause of the database's SELECT syntax (such as
+// PostgreSQL's FOR NO KEY UPDATE, or FOR UPDATE OF t), written into the
+// statement as it is; never a value from outside the program.
+type Locking string
+
+// Locking clauses. MySQL 8 and PostgreSQL take all but LockInShareMode;
+// MariaDB takes LockForUpdate, LockForUpdateNoWait (10.3),
+// LockForUpdateSkipLocked (10.6) and LockInShareMode, not LockForShare.
+const (
+	// LockForUpdate waits for other transactions' locks on the rows, then
+	// locks them against writers and other lockers: the default.
+	LockForUpdate Locking = "FOR UPDATE"
+	// LockForUpdateNoWait fails at once instead of waiting for a locked
+	// row: PostgreSQL's 55P03 and MariaDB's 1205 are lock wait timeouts,
+	// which ForUpdate retries (WithAttempts(1) returns them at once);
+	// MySQL 8's 3572 is returned as it is.
+	LockForUpdateNoWait Locking = "FOR UPDATE NOWAIT"
+	// LockForUpdateSkipLocked leaves out the rows another transaction has
+	// locked: a queue's consumers each take different rows.
+	LockForUpdateSkipLocked Locking = "FOR UPDATE SKIP LOCKED"
+	// LockForShare locks the rows against writers but not against other
+	// sharers (MySQL 8, PostgreSQL).
+	LockForShare Locking = "FOR SHARE"
+	// LockInShareMode is LockForShare in MySQL's and MariaDB's older
+	// syntax.
+	LockInShareMode Locking = "LOCK IN SHARE MODE"
+)
+
+// WithLocking sets the locking clause that ForUpdate appends to its query;
+// Tx and Versioned.Update ignore it. Default: LockForUpdate.
+func WithLocking(l Locking) RetryOption { return func(o *retryOptions) { o.locking = l } }
 
 // WithTxOptions sets the isolation level and read-only flag of the
 // transactions of Tx and ForUpdate. Default: nil, the driver's defaults.
@@ -194,24 +231,30 @@ func runTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx con
 }
 
 // ForUpdate runs fn in a transaction after locking the rows that query
-// selects: SELECT ... FOR UPDATE (appended to query unless it has a FOR
-// clause already, such as FOR UPDATE NOWAIT or FOR NO KEY UPDATE), each row
-// handed to scan (nil: the rows are only locked), all read before fn runs.
-// Other transactions that lock or change those rows wait until this one
-// commits: the rows are the lock, held by the database for exactly the
-// transaction. Deadlocks (MySQL 1213, PostgreSQL 40P01), lock wait
-// timeouts (MySQL 1205, PostgreSQL 55P03) and serialization failures roll
-// back and run the whole again, as Tx does; scan and fn must be safe to run
-// more than once. Index the columns of query's WHERE: without an index
-// InnoDB locks every row it scans (in effect the table).
+// selects: query, a SELECT without a locking clause nor a final semicolon,
+// is sent with the clause of WithLocking appended on a line of its own
+// (default LockForUpdate: SELECT ... FOR UPDATE); ForUpdate never looks
+// into query's text, so a query that has a locking clause already gets a
+// second one, a syntax error. Each row is handed to scan (nil: the rows are
+// only locked), all read before fn runs. Other transactions that lock or
+// change those rows wait until this one commits: the rows are the lock,
+// held by the database for exactly the transaction. Deadlocks (MySQL 1213,
+// PostgreSQL 40P01), lock wait timeouts (MySQL 1205, PostgreSQL 55P03) and
+// serialization failures roll back and run the whole again, as Tx does;
+// scan and fn must be safe to run more than once. Index the columns of
+// query's WHERE: without an index InnoDB locks every row it scans (in
+// effect the table). It returns an error wrapping ErrInvalid for a nil fn
+// or a bad option.
 func ForUpdate(ctx context.Context, db *sql.DB, query string, args []any, scan func(rows *sql.Rows) error,
 	fn func(ctx context.Context, tx *sql.Tx) error, opts ...RetryOption) error {
 	if fn == nil {
 		return invalid("ForUpdate with a nil function")
 	}
-	if !strings.Contains(strings.ToUpper(query), " FOR ") {
-		query += " FOR UPDATE"
+	o, err := resolveRetry(opts)
+	if err != nil {
+		return err
 	}
+	query += "\n" + string(o.locking) // a line of its own: query may end in a -- comment
 	return Tx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {

@@ -305,3 +305,129 @@ func TestVersioned(t *testing.T) {
 		})
 	}
 }
+
+// TestForUpdateLiteralFor: two read-modify-writes through ForUpdate of a
+// query whose string literal contains " for ". The second must wait for
+// the first's row lock and read its write: no update is lost.
+func TestForUpdateLiteralFor(t *testing.T) {
+	for _, b := range dialects {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 30*time.Second)
+			db := b.openDB(t)
+			table := "lf_" + strings.ToLower(b.name)
+			exec(t, db, "DROP TABLE IF EXISTS "+table)
+			exec(t, db, "CREATE TABLE "+table+" (id INT PRIMARY KEY, status VARCHAR(40) NOT NULL, n INT NOT NULL)")
+			exec(t, db, "INSERT INTO "+table+" (id, status, n) VALUES (1, 'paid', 0)")
+			query := "SELECT n FROM " + table + " WHERE id = 1 AND status <> 'waiting for payment'"
+			write := ph(b, "UPDATE "+table+" SET n = ? WHERE id = 1")
+			aRead, bRead := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			waits := newRowWaits(t, b, "waiting for payment")
+			increment := func(first bool) error {
+				var n int
+				return sqllock.ForUpdate(ctx, db, query, nil,
+					func(rows *sql.Rows) error {
+						if !first {
+							once.Do(func() { close(bRead) })
+						}
+						return rows.Scan(&n)
+					},
+					func(ctx context.Context, tx *sql.Tx) error {
+						if first {
+							close(aRead)
+							// Hold the row until the other has read it
+							// (the lost update) or waits for its lock.
+							for {
+								select {
+								case <-bRead:
+								case <-ctx.Done():
+									return ctx.Err()
+								default:
+									if w, err := waits.count(); err != nil || w == 0 {
+										if err != nil {
+											return err
+										}
+										time.Sleep(5 * time.Millisecond) // the poll's period
+										continue
+									}
+								}
+								break
+							}
+						}
+						_, err := tx.ExecContext(ctx, write, n+1)
+						return err
+					}, sqllock.WithAttempts(1))
+			}
+			errs := make(chan error, 2)
+			go func() { errs <- increment(true) }()
+			<-aRead
+			go func() { errs <- increment(false) }()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			var n int
+			if err := db.QueryRow("SELECT n FROM " + table + " WHERE id = 1").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 2 {
+				t.Fatalf("two increments left n = %d: an update was lost (the query got no FOR UPDATE)", n)
+			}
+		})
+	}
+}
+
+// TestForUpdateLocking: each locking clause a database takes runs, and
+// does what it says on a row another transaction has locked.
+func TestForUpdateLocking(t *testing.T) {
+	for _, b := range dialects {
+		clauses := []sqllock.Locking{sqllock.LockForUpdate, sqllock.LockForUpdateNoWait,
+			sqllock.LockForUpdateSkipLocked, sqllock.LockForShare}
+		if b.dialect == sqllock.MySQL { // MariaDB
+			clauses[3] = sqllock.LockInShareMode
+		}
+		for _, l := range clauses {
+			t.Run(b.name+"/"+string(l), func(t *testing.T) {
+				ctx := ctxTimeout(t, 30*time.Second)
+				db := b.openDB(t)
+				table := "lk_" + strings.ToLower(b.name)
+				ticketTable(t, b, db, table, 3)
+				query := "SELECT stock FROM " + table + " WHERE id = 1 -- a comment ends the query"
+				rows := 0
+				run := func(opts ...sqllock.RetryOption) error {
+					rows = 0
+					return sqllock.ForUpdate(ctx, db, query, nil,
+						func(*sql.Rows) error { rows++; return nil },
+						func(context.Context, *sql.Tx) error { return nil },
+						append(opts, sqllock.WithLocking(l))...)
+				}
+				if err := run(); err != nil || rows != 1 {
+					t.Fatalf("on a free row: %v, %d rows", err, rows)
+				}
+				if l != sqllock.LockForUpdateNoWait && l != sqllock.LockForUpdateSkipLocked {
+					return
+				}
+				holder, err := b.openDB(t).BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer holder.Rollback()
+				if _, err := holder.ExecContext(ctx, "UPDATE "+table+" SET stock = 2 WHERE id = 1"); err != nil {
+					t.Fatal(err)
+				}
+				err = run(sqllock.WithAttempts(1))
+				switch {
+				case l == sqllock.LockForUpdateNoWait && !sqllock.Retryable(err):
+					t.Fatalf("NOWAIT on a locked row: %v (want a lock wait error)", err)
+				case l == sqllock.LockForUpdateSkipLocked && (err != nil || rows != 0):
+					t.Fatalf("SKIP LOCKED on a locked row: %v, %d rows (want none)", err, rows)
+				}
+			})
+		}
+	}
+	if err := sqllock.ForUpdate(context.Background(), nil, "SELECT 1", nil, nil,
+		func(context.Context, *sql.Tx) error { return nil }, sqllock.WithLocking("")); !errors.Is(err, sqllock.ErrInvalid) {
+		t.Fatalf("an empty locking clause: %v", err)
+	}
+}

@@ -258,7 +258,7 @@ func init() {
 							}
 							_, err := tx.ExecContext(ctx, write, v-1)
 							return err
-						})
+						}, sqllock.WithLocking(sqllock.LockForUpdate)) // appended to the query: it must have none
 					if err == nil {
 						p.sold()
 					}
