@@ -229,9 +229,10 @@
 // The ticket-stock recipes of a database, as helpers:
 //
 //   - Stock.Take: one conditional UPDATE ... SET n = n - k WHERE id = ? AND
-//     n >= k, its rows affected checked (ErrInsufficient): atomic by the
-//     database's row lock, one round trip. Right when the whole critical
-//     section is one row's arithmetic.
+//     n >= k, its rows affected checked (ErrInsufficient; ErrNoRow for a
+//     key no row has, told apart by a second statement only when no row
+//     changed): atomic by the database's row lock, one round trip. Right
+//     when the whole critical section is one row's arithmetic.
 //   - ForUpdate: a transaction that first locks its rows with SELECT ... FOR
 //     UPDATE, then runs fn; Tx is the same without the SELECT. The locking
 //     clause is the caller's explicit choice (WithLocking: FOR UPDATE by

@@ -30,9 +30,11 @@ var (
 	// ErrConflict is returned by Versioned.Update when every attempt found
 	// the row's version changed by another writer.
 	ErrConflict = errors.New("sqllock: version kept changing (optimistic update conflicted on every attempt)")
-	// ErrInsufficient is returned by Decrement when the row's amount is
-	// below the amount asked for, or the row does not exist.
-	ErrInsufficient = errors.New("sqllock: not enough left (or no such row)")
+	// ErrInsufficient is returned by Stock.Take when the row's count is
+	// below the amount asked for.
+	ErrInsufficient = errors.New("sqllock: not enough left")
+	// ErrNoRow is returned by Stock.Take when no row has the key.
+	ErrNoRow = errors.New("sqllock: no such row")
 )
 
 // invalid returns an error wrapping ErrInvalid.

@@ -18,6 +18,7 @@ import (
 // Execer is what Stock.Take needs: *sql.DB, *sql.Tx and *sql.Conn have it.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // Stock names a column of counts, such as the tickets or the balance left,
@@ -36,13 +37,13 @@ type Stock struct {
 //	UPDATE table SET column = column - n WHERE key = id AND column >= n
 //
 // The database's row lock makes it atomic: no two takers can spend the
-// same units, with no lock of this package and one round trip. Take
-// returns ErrInsufficient if less than n is left or no row has the key
-// (the two are one answer: no row changed). Decrementing always changes
-// the row, so MySQL's count of changed rows is the count of matched ones
-// whatever clientFoundRows says. It returns an error wrapping ErrInvalid
-// for a bad Stock or n ≤ 0. Run it on a *sql.Tx to take from several rows
-// at once.
+// same units, with no lock of this package and one round trip. When no
+// row changed, a second statement (SELECT 1 ... WHERE key = id) tells the
+// two answers apart: Take returns ErrInsufficient if less than n is left,
+// ErrNoRow if no row has the key. Decrementing always changes the row, so
+// MySQL's count of changed rows is the count of matched ones whatever
+// clientFoundRows says. It returns an error wrapping ErrInvalid for a bad
+// Stock or n ≤ 0. Run it on a *sql.Tx to take from several rows at once.
 func (s Stock) Take(ctx context.Context, db Execer, id any, n int64) error {
 	if err := s.check(); err != nil {
 		return err
@@ -62,6 +63,14 @@ func (s Stock) Take(ctx context.Context, db Execer, id any, n int64) error {
 	case err != nil:
 		return fmt.Errorf("sqllock: take %d from %s.%s: %w", n, s.Table, s.Column, err)
 	case changed == 0:
+		var one int
+		err := db.QueryRowContext(ctx, "SELECT 1 FROM "+s.Table+" WHERE "+s.Key+" = "+p(1), id).Scan(&one)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return ErrNoRow
+		case err != nil:
+			return fmt.Errorf("sqllock: take %d from %s.%s: not done; reading the row: %w", n, s.Table, s.Column, err)
+		}
 		return ErrInsufficient
 	}
 	return nil

@@ -104,11 +104,16 @@ func TestStockTake(t *testing.T) {
 				t.Fatalf("sold %d, left %d; want %d, 0", sold, left, stock)
 			}
 			exec(t, db, "UPDATE "+s.Table+" SET stock = 3")
-			if err := s.Take(ctx, db, 1, 4); !errors.Is(err, sqllock.ErrInsufficient) {
+			if err := s.Take(ctx, db, 1, 4); !errors.Is(err, sqllock.ErrInsufficient) || errors.Is(err, sqllock.ErrNoRow) {
 				t.Errorf("Take of 4 out of 3: %v", err)
 			}
-			if err := s.Take(ctx, db, 2, 1); !errors.Is(err, sqllock.ErrInsufficient) {
-				t.Errorf("Take from a missing row: %v", err)
+			if err := s.Take(ctx, db, 2, 1); !errors.Is(err, sqllock.ErrNoRow) || errors.Is(err, sqllock.ErrInsufficient) {
+				t.Errorf("Take from a missing row: %v, want ErrNoRow", err)
+			}
+			if err := sqllock.Tx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+				return s.Take(ctx, tx, 2, 1)
+			}); !errors.Is(err, sqllock.ErrNoRow) {
+				t.Errorf("Take from a missing row in a transaction: %v, want ErrNoRow", err)
 			}
 			if err := s.Take(ctx, db, 1, 3); err != nil || stockOf(t, db, s.Table) != 0 {
 				t.Errorf("Take of all 3: %v", err)
