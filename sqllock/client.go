@@ -81,7 +81,9 @@ type line struct {
 // table WithTable names (default DefaultFenceTable; see CreateTable). db
 // must be a MySQL-protocol pool (github.com/go-sql-driver/mysql, for
 // instance); the Client does not close it. NewMySQL does no I/O; it
-// returns an error wrapping ErrInvalid for a nil db or a bad option.
+// returns an error wrapping ErrInvalid for a nil db or a bad option. The
+// first Obtain checks that db's sessions have autocommit on (a DSN with
+// autocommit=0 is refused with ErrInvalid).
 func NewMySQL(db *sql.DB, opts ...Option) (*Client, error) {
 	return newClient(db, MySQL, kindSession, opts)
 }
@@ -159,10 +161,16 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	return nil
 }
 
-// ensureSchema checks the table once (until it is found right).
+// ensureSchema checks the table, and on MySQL that the pool's sessions
+// commit every statement, once (until they are found right).
 func (c *Client) ensureSchema(ctx context.Context) error {
 	if c.schemaOK.Load() {
 		return nil
+	}
+	if c.d == MySQL {
+		if err := checkAutocommit(ctx, c.db); err != nil {
+			return err
+		}
 	}
 	if err := checkSchema(ctx, c.db, c.d, c.table, c.kind == kindLease); err != nil {
 		return err
@@ -173,7 +181,9 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 
 // Obtain blocks until key is held by the caller, ctx ends
 // (errors.Join(lock.ErrNotObtained, ctx.Err())), the Client is closed
-// (ErrClosed), the table is wrong (ErrSchema) or the database fails. If
+// (ErrClosed), the table is wrong (ErrSchema), a MySQL session has
+// autocommit off (an error wrapping ErrInvalid; both are checked by the
+// Client's first Obtain or TryObtain) or the database fails. If
 // ctx's owner (lock.WithOwner) already holds key on this Client, Obtain
 // re-enters: the lease has the same token. Goroutines of one Client that
 // want the same key wait in a local line; the one at the front waits in the

@@ -46,6 +46,10 @@
 //	  expires DATETIME(6) NOT NULL     -- UTC (timestamptz on PostgreSQL)
 //	) ENGINE=InnoDB
 //
+// On MySQL the first Obtain also refuses, with an error wrapping
+// ErrInvalid, a pool whose sessions have autocommit off (autocommit=0 in
+// the DSN): the Client's statements would never commit.
+//
 // The name is the prefix (WithPrefix, default "coordkit:") and the key: a
 // key is 1 to MaxKeyLen bytes of UTF-8 without NUL; byte strings compare
 // exactly (VARBINARY, text), so "Key", "key" and "key " are three locks.

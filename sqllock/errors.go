@@ -11,7 +11,8 @@ var (
 	// ErrInvalid is wrapped by every error for an invalid argument: a nil
 	// *sql.DB, an unknown Dialect, an empty key or one longer than
 	// MaxKeyLen, an owner longer than MaxOwnerLen, a TTL below MinTTL, a bad
-	// table name or prefix, a non-positive amount. It matches
+	// table name or prefix, a non-positive amount, a MySQL pool whose
+	// sessions have autocommit off (the first Obtain). It matches
 	// lock.ErrInvalid.
 	ErrInvalid = fmt.Errorf("sqllock: invalid argument: %w", lock.ErrInvalid)
 	// ErrClosed is returned by Obtain and TryObtain after Close, and is the

@@ -231,3 +231,27 @@ func assertHoldsNothing(t *testing.T, db *sql.DB, b backend) {
 		t.Fatalf("the pooled connection holds %d locks", n)
 	}
 }
+
+// TestAutocommitOff: a MySQL DSN that turns autocommit off would leave
+// every fencing upsert and lease-table row uncommitted (holding row locks
+// until the connection ends, lost on a crash): the first Obtain refuses it
+// with an error wrapping ErrInvalid, naming autocommit, and takes nothing.
+func TestAutocommitOff(t *testing.T) {
+	for _, b := range []backend{backends[0], backends[2]} {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 20*time.Second)
+			c := b.client(t, b.openDB(t, "autocommit=0"))
+			key := uniqueKey(t)
+			l, err := c.Obtain(ctx, key)
+			if err == nil {
+				l.Release(ctx)
+			}
+			if !errors.Is(err, sqllock.ErrInvalid) || !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "autocommit") {
+				t.Fatalf("Obtain with autocommit=0: %v; want ErrInvalid naming autocommit", err)
+			}
+			if _, err := b.client(t, nil).TryObtain(ctx, key); err != nil {
+				t.Fatalf("another client's TryObtain: %v", err)
+			}
+		})
+	}
+}

@@ -138,3 +138,23 @@ func checkSchema(ctx context.Context, db *sql.DB, d Dialect, table string, lease
 	}
 	return nil
 }
+
+// checkAutocommit returns an error wrapping ErrInvalid if db's MySQL
+// sessions have autocommit off (a DSN with autocommit=0, or the server's
+// init_connect): every statement of the Client would stay in an open
+// transaction, its fencing rows and lease rows uncommitted and locked
+// until the connection ends.
+func checkAutocommit(ctx context.Context, db *sql.DB) error {
+	var on int64
+	if err := db.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&on); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("sqllock: reading @@autocommit: %w", err)
+	}
+	if on == 0 {
+		return invalid("the MySQL session has autocommit off (autocommit=0 in the DSN?): " +
+			"the Client's statements would never commit; remove the setting from the pool the Client uses")
+	}
+	return nil
+}
