@@ -32,6 +32,9 @@ const mysqlLockNameLen = 64
 // the prefix, '#' and as many hex digits of SHA-256(key) as fit in 64
 // bytes (at least 31: 124 bits, so that two keys collide with negligible
 // probability; they would then share one lock, never the fencing counter).
+// The database's name is not part of it (see the package documentation):
+// adding it would change every name, and processes of two versions would
+// then hold one key at once during an upgrade.
 func mysqlLockName(prefix, key string) string {
 	if len(prefix)+len(key) <= mysqlLockNameLen && plainName(key) {
 		return prefix + key

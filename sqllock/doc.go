@@ -65,11 +65,19 @@
 // limit; MariaDB's is 192) of a-z, 0-9 and _.:/-, and otherwise the prefix,
 // '#' and at least 31 hex digits of SHA-256(key), so that the case rules
 // of MySQL versions do not matter. GET_LOCK names are server-wide, across
-// databases. A PostgreSQL advisory key is the first 64 bits of
-// SHA-256(name), in the database's advisory key space (shared with the
-// application's own pg_advisory_lock(bigint) calls): two names collide
-// with probability about n²/2⁶⁵ for n names in use, and then share a lock
-// (never a fencing row: tokens stay right).
+// databases, while fencing rows are per database: Clients on two databases
+// of one server, with the same prefix and key, share one lock (they
+// exclude each other) but each database has its own row, so an acquisition
+// in one does not see an unclean end of a hold in the other (it skips the
+// wait for that hold's expiry) and their tokens are not ordered. Give the
+// Clients of each database their own prefix (WithPrefix); Clients that
+// guard one resource must use one database.
+//
+// A PostgreSQL advisory key is the first 64 bits of SHA-256(name), in the
+// database's advisory key space (shared with the application's own
+// pg_advisory_lock(bigint) calls): two names collide with probability
+// about n²/2⁶⁵ for n names in use, and then share a lock (never a fencing
+// row: tokens stay right).
 //
 // # Session locks
 //
