@@ -97,3 +97,37 @@ func ExampleNewLeaseTable() {
 	// holder is the lease's owner: true true <nil>
 	// release: <nil>
 }
+
+// A queue's consumers each take a job no other consumer holds: ForUpdate
+// appends the locking clause chosen with WithLocking to the query, which
+// must not have one.
+func ExampleForUpdate_skipLocked() {
+	db, err := sql.Open("pgx", os.Getenv("POSTGRES_DSN"))
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS example_jobs",
+		"CREATE TABLE example_jobs (id int PRIMARY KEY, state text NOT NULL)",
+		"INSERT INTO example_jobs VALUES (1, 'waiting for a worker'), (2, 'waiting for a worker')",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			panic(err)
+		}
+	}
+
+	var id int
+	err = sqllock.ForUpdate(ctx, db,
+		"SELECT id FROM example_jobs WHERE state = 'waiting for a worker' ORDER BY id LIMIT 1", nil,
+		func(rows *sql.Rows) error { return rows.Scan(&id) },
+		func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "UPDATE example_jobs SET state = 'running' WHERE id = $1", id)
+			return err
+		},
+		sqllock.WithLocking(sqllock.LockForUpdateSkipLocked))
+	fmt.Println("took job", id, "err:", err)
+	// Output:
+	// took job 1 err: <nil>
+}
