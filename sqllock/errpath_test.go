@@ -2,7 +2,9 @@ package sqllock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -122,6 +124,15 @@ func (w *rowWaits) wait(n int) {
 	}
 }
 
+// shortKey returns a key no other test uses whose MySQL lock name is the
+// name itself (at most 64 bytes of a-z, 0-9 and _.:/-), for IS_USED_LOCK.
+func shortKey(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "errpath:" + hex.EncodeToString(b)
+}
+
 // lockersOf returns how many sessions hold key's session lock in the
 // database (pg_locks, IS_USED_LOCK), from a connection of its own.
 func lockersOf(t *testing.T, b backend, key string) int {
@@ -162,7 +173,7 @@ func TestReleaseAfterRowLockTimeout(t *testing.T) {
 				}
 				db.SetMaxOpenConns(1)
 				c := b.client(t, db, sqllock.WithWaitSlice(200*time.Millisecond))
-				key := uniqueKey(t)
+				key := shortKey(t)
 				l := mustObtain(t, ctx, c, key)
 				if err := l.Release(ctx); err != nil {
 					t.Fatal(err)
@@ -175,6 +186,9 @@ func TestReleaseAfterRowLockTimeout(t *testing.T) {
 				r := <-got
 				if r.err != nil {
 					t.Fatalf("Obtain: %v", r.err)
+				}
+				if n := lockersOf(t, b, key); n != 1 {
+					t.Fatalf("while held, %d sessions hold the lock", n)
 				}
 				if err := r.l.Release(ctx); err != nil {
 					t.Fatalf("Release: %v", err)
@@ -205,8 +219,7 @@ func TestSessionErrorPathsHoldNothing(t *testing.T) {
 		run       func(t *testing.T, ctx context.Context, b backend, c *sqllock.Client, key string, unlock func()) error
 	}
 	cases := []tcase{{
-		name:  "ctx cancelled waiting for the row",
-		mysql: nil, pg: nil,
+		name: "ctx cancelled waiting for the row",
 		run: func(t *testing.T, ctx context.Context, b backend, c *sqllock.Client, key string, unlock func()) error {
 			wctx, cancel := context.WithCancel(ctx)
 			waits := newRowWaits(t, b, sqllock.DefaultFenceTable)
@@ -269,7 +282,7 @@ func TestSessionErrorPathsHoldNothing(t *testing.T) {
 				db := b.openDB(t, params...)
 				db.SetMaxOpenConns(1)
 				c := b.client(t, db, sqllock.WithWaitSlice(time.Second))
-				key := uniqueKey(t)
+				key := shortKey(t)
 				l := mustObtain(t, ctx, c, key) // the row exists, free
 				if err := l.Release(ctx); err != nil {
 					t.Fatal(err)
