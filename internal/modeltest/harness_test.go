@@ -239,8 +239,9 @@ func shrink(t *testing.T, sys system, seed uint64, ops []op, class string, err e
 		}
 		return false, nil, nil
 	}
-	// The failing prefix, confirmed first.
-	cur := ops
+	// The failing prefix, without the releases of leases it never
+	// obtained, confirmed first.
+	cur := dropOrphans(ops)
 	if ok, got, e := fails(cur); ok {
 		cur, err = got, e
 	} else if ok, got, e := fails(cur); ok {
@@ -255,7 +256,7 @@ func shrink(t *testing.T, sys system, seed uint64, ops []op, class string, err e
 				continue
 			}
 			if ok, got, e := fails(cand); ok {
-				cur, err, removed = got, e, true
+				cur, err, removed = dropOrphans(got), e, true
 				break
 			}
 		}
@@ -269,6 +270,29 @@ func shrink(t *testing.T, sys system, seed uint64, ops []op, class string, err e
 		}
 	}
 	return cur, err, tries
+}
+
+// dropOrphans returns ops without the releases of leases that no op of
+// ops obtained.
+func dropOrphans(ops []op) []op {
+	ids := map[int]bool{}
+	for _, o := range ops {
+		if o.Kind == opObtain || o.Kind == opPair || o.Kind == opCancel {
+			ids[o.ID] = true
+		}
+	}
+	var out []op
+	for _, o := range ops {
+		lease := o.Lease
+		if lease <= -1000 {
+			lease = -lease - 1000 // the second lease of a pair
+		}
+		if o.Kind == opRelease && !ids[lease] {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // loser is a go-redis hook that loses the reply of the next armed script:

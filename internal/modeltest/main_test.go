@@ -14,11 +14,12 @@ import (
 )
 
 var (
-	flagSeed   = flag.Uint64("model.seed", 0, "run only this seed (one sequence per system); 0: random seeds, printed")
-	flagSteps  = flag.Int("model.steps", 0, "operations per sequence (0: 40, long mode 120)")
-	flagDur    = flag.Duration("model.dur", 0, "time per system, new seeds until it is spent (0: 3s, long mode 1m)")
-	flagLong   = flag.Bool("model.long", false, "long mode (also COORDKIT_MODEL_LONG=1): more steps, more time, larger shrink budget")
-	flagShrink = flag.Duration("model.shrink", 0, "time budget for shrinking a failure (0: 25s, long mode 3m)")
+	flagSeed    = flag.Uint64("model.seed", 0, "run only this seed (one sequence per system); 0: random seeds, printed")
+	flagSteps   = flag.Int("model.steps", 0, "operations per sequence (0: 40, long mode 120)")
+	flagDur     = flag.Duration("model.dur", 0, "time per system, new seeds until it is spent (0: 3s, long mode 1m)")
+	flagLong    = flag.Bool("model.long", false, "long mode (also COORDKIT_MODEL_LONG=1): more steps, more time, larger shrink budget")
+	flagReentry = flag.Bool("model.reentry", true, "generate re-entries (nested obtains by the holding owner, pairs of one owner); false explores past a re-entry bug")
+	flagShrink  = flag.Duration("model.shrink", 0, "time budget for shrinking a failure (0: 25s, long mode 3m)")
 )
 
 // masters are three independent Redis servers: redlock runs on all of
