@@ -55,6 +55,8 @@ type op struct {
 	Lose   int  // masters (bit mask; 1 for a single server) whose reply to this step's script is lost and the command resent
 	RW     bool // printed with its side
 	Multi  bool // printed with its masters
+	// NoOwner: printed without owner (semaphore, Simple)
+	NoOwner bool
 }
 
 func (o op) String() string {
@@ -66,6 +68,10 @@ func (o op) String() string {
 	}
 	switch o.Kind {
 	case opObtain:
+		if o.NoOwner {
+			fmt.Fprintf(&b, " client=c%d ttl=%v", o.Client, o.TTL)
+			break
+		}
 		fmt.Fprintf(&b, " owner=o%d client=c%d ttl=%v", o.Owner, o.Client, o.TTL)
 	case opPair:
 		fmt.Fprintf(&b, " owner=o%d client=c%d ttls=%v,%v", o.Owner, o.Client, o.TTL, o.TTL2)
@@ -74,10 +80,17 @@ func (o op) String() string {
 	case opWait:
 		fmt.Fprintf(&b, " %v", o.Dur)
 	case opDelete, opFence:
+		if o.Kind == opDelete && o.Lease != 0 {
+			fmt.Fprintf(&b, " permit=L%d", o.Lease)
+		}
 		if o.Multi {
 			fmt.Fprintf(&b, " master=m%d", o.Master)
 		}
 	case opCancel:
+		if o.NoOwner {
+			fmt.Fprintf(&b, " client=c%d ttl=%v cancel+%v", o.Client, o.TTL, o.Dur)
+			break
+		}
 		fmt.Fprintf(&b, " waiter=o%d client=c%d ttl=%v cancel+%v", o.Owner, o.Client, o.TTL, o.Dur)
 	}
 	if o.RW && (o.Kind == opObtain || o.Kind == opCancel || o.Kind == opPair) {
@@ -191,7 +204,11 @@ func testModel(t *testing.T, sys system) {
 			seed = rand.Uint64()>>1 | 1
 		}
 		r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-		res := run(t, sys, seed, r, steps(), nil, nil)
+		var logf func(string, ...any)
+		if *flagVerbose {
+			logf = t.Logf
+		}
+		res := run(t, sys, seed, r, steps(), nil, logf)
 		seeds++
 		if res.err != nil {
 			report(t, sys, seed, res)
@@ -467,4 +484,21 @@ func randTTL(r *rand.Rand) time.Duration {
 // uniqueKey returns a fresh key for one sequence.
 func uniqueKey(name string, seed uint64) string {
 	return fmt.Sprintf("model:%s:%d:%x", name, seed, rand.Uint32())
+}
+
+// waitLost reports whether lost is closed, or closes within d.
+func waitLost(lost <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-lost:
+		return true
+	default:
+	}
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-lost:
+		return true
+	case <-t.C:
+		return isClosed(lost)
+	}
 }

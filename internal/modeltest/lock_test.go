@@ -658,9 +658,7 @@ func (m *lockModel) finish(ctx context.Context) error {
 		if lr.hold.state != gone {
 			continue
 		}
-		select {
-		case <-lr.l.Lost():
-		case <-time.After(time.Until(m.lossDeadline(lr)) + 300*time.Millisecond):
+		if !waitLost(lr.l.Lost(), time.Until(m.lossDeadline(lr))+300*time.Millisecond) {
 			return fail("loss", "L%d (o%d, token %d, ttl %v): its hold was deleted %v ago, still not reported lost",
 				id, lr.owner, lr.token, lr.ttl, time.Since(lr.hold.goneAt).Round(time.Millisecond))
 		}
@@ -695,5 +693,6 @@ func systems() []system {
 		{"Client", func(t *testing.T, seed uint64) model { return newLockModel(t, seed, false) }},
 		{"Simple", func(t *testing.T, seed uint64) model { return newLockModel(t, seed, true) }},
 		{"Redlock", newRedlockModel},
+		{"Semaphore", newSemModel},
 	}
 }

@@ -760,9 +760,7 @@ func (m *redlockModel) finish(ctx context.Context) error {
 		if h.state != gone {
 			continue
 		}
-		select {
-		case <-lr.l.Lost():
-		case <-time.After(time.Until(h.goneAt.Add(h.ttl/3+lossSlack)) + 300*time.Millisecond):
+		if !waitLost(lr.l.Lost(), time.Until(h.goneAt.Add(h.ttl/3+lossSlack))+300*time.Millisecond) {
 			return fail("loss", "L%d (o%d, token %d, ttl %v): its hold lost its quorum %v ago, still not reported lost",
 				id, h.owner, h.token, h.ttl, time.Since(h.goneAt).Round(time.Millisecond))
 		}
