@@ -692,6 +692,7 @@ func systems() []system {
 	return []system{
 		{"Client", func(t *testing.T, seed uint64) model { return newLockModel(t, seed, false) }},
 		{"Simple", func(t *testing.T, seed uint64) model { return newLockModel(t, seed, true) }},
+		{"RW", newRWModel},
 		{"Redlock", newRedlockModel},
 		{"Semaphore", newSemModel},
 	}
