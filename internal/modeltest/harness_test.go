@@ -166,12 +166,13 @@ func run(t *testing.T, sys system, seed uint64, r *rand.Rand, n int, ops []op, l
 			o = m.gen(r, i)
 		}
 		done = append(done, o)
-		if logf != nil {
-			logf("%v", o)
-		}
+		t0 := time.Now()
 		err := m.step(ctx, o)
 		if err == nil {
 			err = m.check(ctx)
+		}
+		if logf != nil {
+			logf("%v  (%v)", o, time.Since(t0).Round(time.Millisecond))
 		}
 		if err != nil {
 			return result{ops: done, err: err, fail: len(done) - 1}
@@ -196,7 +197,7 @@ func classOf(err error) string {
 // sequence found.
 func testModel(t *testing.T, sys system) {
 	deadline := time.Now().Add(runTime())
-	seeds := 0
+	var seeds []uint64
 	start := time.Now()
 	for {
 		seed := *flagSeed
@@ -209,7 +210,7 @@ func testModel(t *testing.T, sys system) {
 			logf = t.Logf
 		}
 		res := run(t, sys, seed, r, steps(), nil, logf)
-		seeds++
+		seeds = append(seeds, seed)
 		if res.err != nil {
 			report(t, sys, seed, res)
 			return
@@ -218,7 +219,7 @@ func testModel(t *testing.T, sys system) {
 			break
 		}
 	}
-	t.Logf("%s: %d sequences of %d steps passed in %v", sys.name, seeds, steps(), time.Since(start).Round(time.Millisecond))
+	t.Logf("%s: %d sequences of %d steps passed in %v, seeds %v", sys.name, len(seeds), steps(), time.Since(start).Round(time.Millisecond), seeds)
 }
 
 // report shrinks a failure and fails the test with it.
@@ -481,6 +482,22 @@ func randTTL(r *rand.Rand) time.Duration {
 	return time.Duration(600+r.IntN(7400)) * time.Millisecond
 }
 
+// fenceFirst reports whether a sequence starts (id 0) with the fencing
+// counter ahead of the clock: two in five do, so that the tokens of the
+// whole sequence come from the counter (token + 1 is the next holder's).
+func fenceFirst(r *rand.Rand, id int) bool { return id == 0 && r.IntN(5) < 2 }
+
+// randWait draws how long a wait step lets real time pass: mostly under
+// 300 ms (renewals of short TTLs, short TTLs running out), one in ten a
+// second longer.
+func randWait(r *rand.Rand) time.Duration {
+	d := time.Duration(10+r.IntN(290)) * time.Millisecond
+	if r.IntN(10) == 0 {
+		d += time.Second
+	}
+	return d
+}
+
 // uniqueKey returns a fresh key for one sequence.
 func uniqueKey(name string, seed uint64) string {
 	return fmt.Sprintf("model:%s:%d:%x", name, seed, rand.Uint32())
@@ -501,4 +518,16 @@ func waitLost(lost <-chan struct{}, d time.Duration) bool {
 	case <-t.C:
 		return isClosed(lost)
 	}
+}
+
+// finishLost is the check at the end of a sequence that a lease of a hold
+// deleted earlier reports the loss by deadline (plus 300 ms): true if it
+// does. The short mode waits for deadlines within a second only (the
+// checks after every step saw the earlier ones); the long mode waits for
+// all of them.
+func finishLost(lost <-chan struct{}, deadline time.Time) bool {
+	if !long() && time.Until(deadline) > time.Second {
+		return true
+	}
+	return waitLost(lost, time.Until(deadline)+300*time.Millisecond)
 }

@@ -152,6 +152,10 @@ func (m *lockModel) allLeases() []int {
 func (m *lockModel) gen(r *rand.Rand, id int) op {
 	o := op{ID: id, Owner: r.IntN(nOwners), Client: r.IntN(nClients), TTL: randTTL(r)}
 	un, all := m.unreleased(), m.allLeases()
+	if fenceFirst(r, id) {
+		o.Kind = opFence
+		return o
+	}
 	w := r.IntN(100)
 	switch {
 	case w < 32:
@@ -173,17 +177,14 @@ func (m *lockModel) gen(r *rand.Rand, id int) op {
 		} else {
 			o.Lease = all[r.IntN(len(all))]
 		}
-	case w < 70:
+	case w < 68:
 		o.Kind = opWait
-		o.Dur = time.Duration(10+r.IntN(600)) * time.Millisecond
-		if r.IntN(5) == 0 {
-			o.Dur += time.Second
-		}
-	case w < 80:
+		o.Dur = randWait(r)
+	case w < 81:
 		o.Kind = opDelete
-	case w < 85:
+	case w < 87:
 		o.Kind = opFence
-	case w < 91 && *flagReentry:
+	case w < 93 && *flagReentry:
 		o.Kind = opPair
 		o.TTL2 = randTTL(r)
 	case m.cur != nil:
@@ -658,7 +659,7 @@ func (m *lockModel) finish(ctx context.Context) error {
 		if lr.hold.state != gone {
 			continue
 		}
-		if !waitLost(lr.l.Lost(), time.Until(m.lossDeadline(lr))+300*time.Millisecond) {
+		if !finishLost(lr.l.Lost(), m.lossDeadline(lr)) {
 			return fail("loss", "L%d (o%d, token %d, ttl %v): its hold was deleted %v ago, still not reported lost",
 				id, lr.owner, lr.token, lr.ttl, time.Since(lr.hold.goneAt).Round(time.Millisecond))
 		}

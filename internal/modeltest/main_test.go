@@ -15,12 +15,12 @@ import (
 
 var (
 	flagSeed    = flag.Uint64("model.seed", 0, "run only this seed (one sequence per system); 0: random seeds, printed")
-	flagSteps   = flag.Int("model.steps", 0, "operations per sequence (0: 40, long mode 120)")
-	flagDur     = flag.Duration("model.dur", 0, "time per system, new seeds until it is spent (0: 3s, long mode 1m)")
+	flagSteps   = flag.Int("model.steps", 0, "operations per sequence (0: 30, long mode 120)")
+	flagDur     = flag.Duration("model.dur", 0, "time per system, new seeds until it is spent (0: 3.5s, long mode 1m)")
 	flagLong    = flag.Bool("model.long", false, "long mode (also COORDKIT_MODEL_LONG=1): more steps, more time, larger shrink budget")
 	flagReentry = flag.Bool("model.reentry", true, "generate re-entries (nested obtains by the holding owner, pairs of one owner); false explores past a re-entry bug")
 	flagVerbose = flag.Bool("model.v", false, "log every step of the generated sequences")
-	flagShrink  = flag.Duration("model.shrink", 0, "time budget for shrinking a failure (0: 25s, long mode 3m)")
+	flagShrink  = flag.Duration("model.shrink", 0, "time budget for shrinking a failure, per system (0: 8s, long mode 3m)")
 )
 
 // masters are three independent Redis servers: redlock runs on all of
@@ -66,7 +66,7 @@ func steps() int {
 	case long():
 		return 120
 	}
-	return 40
+	return 30
 }
 
 func runTime() time.Duration {
@@ -76,7 +76,7 @@ func runTime() time.Duration {
 	case long():
 		return time.Minute
 	}
-	return 3 * time.Second
+	return 3500 * time.Millisecond
 }
 
 func shrinkBudget() time.Duration {
@@ -86,5 +86,5 @@ func shrinkBudget() time.Duration {
 	case long():
 		return 3 * time.Minute
 	}
-	return 25 * time.Second
+	return 8 * time.Second
 }

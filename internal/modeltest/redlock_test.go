@@ -148,6 +148,10 @@ func (m *redlockModel) holder() *rlHold {
 func (m *redlockModel) gen(r *rand.Rand, id int) op {
 	o := op{ID: id, Multi: true, Owner: r.IntN(nOwners), Client: r.IntN(len(m.clients)), TTL: rlTTL(r), Master: r.IntN(nMasters)}
 	un, all := m.ids(false), m.ids(true)
+	if fenceFirst(r, id) {
+		o.Kind = opFence
+		return o
+	}
 	h := m.holder()
 	w := r.IntN(100)
 	switch {
@@ -165,7 +169,7 @@ func (m *redlockModel) gen(r *rand.Rand, id int) op {
 		}
 	case w < 65:
 		o.Kind = opWait
-		o.Dur = time.Duration(10+r.IntN(600)) * time.Millisecond
+		o.Dur = randWait(r)
 	case w < 78:
 		o.Kind = opDelete
 	case w < 83:
@@ -760,7 +764,7 @@ func (m *redlockModel) finish(ctx context.Context) error {
 		if h.state != gone {
 			continue
 		}
-		if !waitLost(lr.l.Lost(), time.Until(h.goneAt.Add(h.ttl/3+lossSlack))+300*time.Millisecond) {
+		if !finishLost(lr.l.Lost(), h.goneAt.Add(h.ttl/3+lossSlack)) {
 			return fail("loss", "L%d (o%d, token %d, ttl %v): its hold lost its quorum %v ago, still not reported lost",
 				id, h.owner, h.token, h.ttl, time.Since(h.goneAt).Round(time.Millisecond))
 		}

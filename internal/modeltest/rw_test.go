@@ -112,6 +112,10 @@ func (m *rwModel) all() []int {
 func (m *rwModel) gen(r *rand.Rand, id int) op {
 	o := op{ID: id, RW: true, Owner: r.IntN(nOwners), Client: r.IntN(len(m.rws)), TTL: randTTL(r), Read: r.IntN(2) == 0}
 	lv, all := m.live(-1), m.all()
+	if fenceFirst(r, id) {
+		o.Kind = opFence
+		return o
+	}
 	w := r.IntN(100)
 	switch {
 	case w < 38:
@@ -129,7 +133,7 @@ func (m *rwModel) gen(r *rand.Rand, id int) op {
 		}
 	case w < 75:
 		o.Kind = opWait
-		o.Dur = time.Duration(10+r.IntN(600)) * time.Millisecond
+		o.Dur = randWait(r)
 	case w < 84:
 		o.Kind = opDelete
 	case w < 89:
@@ -142,11 +146,22 @@ func (m *rwModel) gen(r *rand.Rand, id int) op {
 		o.Dur = time.Duration(10+r.IntN(300)) * time.Millisecond
 	}
 	if o.Kind == opObtain && !*flagReentry {
-		for _, id := range lv {
-			if lr := m.leases[id]; lr.owner == o.Owner && lr.read == o.Read {
-				o.Owner = (o.Owner + 1) % nOwners
+		holds := func(owner int) bool {
+			for _, id := range lv {
+				if lr := m.leases[id]; lr.owner == owner && lr.read == o.Read {
+					return true
+				}
+			}
+			return false
+		}
+		for range nOwners {
+			if !holds(o.Owner) {
 				break
 			}
+			o.Owner = (o.Owner + 1) % nOwners
+		}
+		if holds(o.Owner) {
+			o.Kind, o.Dur = opWait, 10*time.Millisecond
 		}
 	}
 	if (o.Kind == opObtain || o.Kind == opRelease) && r.IntN(5) == 0 {
@@ -485,7 +500,7 @@ func (m *rwModel) finish(ctx context.Context) error {
 		if lr.released || lr.state != gone {
 			continue
 		}
-		if !waitLost(lr.l.Lost(), time.Until(lr.goneAt.Add(lr.ttl/3+lossSlack))+300*time.Millisecond) {
+		if !finishLost(lr.l.Lost(), lr.goneAt.Add(lr.ttl/3+lossSlack)) {
 			return fail("loss", "L%d (o%d, ttl %v): its lock was deleted %v ago, still not reported lost", id, lr.owner, lr.ttl, time.Since(lr.goneAt).Round(time.Millisecond))
 		}
 	}

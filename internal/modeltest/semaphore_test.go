@@ -87,6 +87,10 @@ func (m *semModel) all() []int {
 func (m *semModel) gen(r *rand.Rand, id int) op {
 	o := op{ID: id, NoOwner: true, Client: r.IntN(len(m.clients)), TTL: randTTL(r)}
 	lv, all := m.live(), m.all()
+	if fenceFirst(r, id) {
+		o.Kind = opFence
+		return o
+	}
 	w := r.IntN(100)
 	switch {
 	case w < 35:
@@ -100,7 +104,7 @@ func (m *semModel) gen(r *rand.Rand, id int) op {
 		}
 	case w < 72:
 		o.Kind = opWait
-		o.Dur = time.Duration(10+r.IntN(600)) * time.Millisecond
+		o.Dur = randWait(r)
 	case w < 82 && len(lv) > 0:
 		o.Kind = opDelete // one permit's member
 		o.Lease = lv[r.IntN(len(lv))]
@@ -371,7 +375,7 @@ func (m *semModel) finish(ctx context.Context) error {
 		if p.released || p.state != gone {
 			continue
 		}
-		if !waitLost(p.p.Lost(), time.Until(p.goneAt.Add(p.ttl/3+lossSlack))+300*time.Millisecond) {
+		if !finishLost(p.p.Lost(), p.goneAt.Add(p.ttl/3+lossSlack)) {
 			return fail("loss", "L%d (ttl %v): deleted %v ago, still not reported lost", id, p.ttl, time.Since(p.goneAt).Round(time.Millisecond))
 		}
 	}
