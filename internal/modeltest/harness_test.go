@@ -55,7 +55,7 @@ type op struct {
 	Lose   int  // masters (bit mask; 1 for a single server) whose reply to this step's script is lost and the command resent
 	RW     bool // printed with its side
 	Multi  bool // printed with its masters
-	// NoOwner: printed without owner (semaphore, Simple)
+	// NoOwner: printed without an owner (semaphore permits have none)
 	NoOwner bool
 }
 
@@ -76,7 +76,7 @@ func (o op) String() string {
 	case opPair:
 		fmt.Fprintf(&b, " owner=o%d client=c%d ttls=%v,%v", o.Owner, o.Client, o.TTL, o.TTL2)
 	case opRelease:
-		fmt.Fprintf(&b, " lease=L%d", o.Lease)
+		fmt.Fprintf(&b, " lease=%s", leaseName(o.Lease))
 	case opWait:
 		fmt.Fprintf(&b, " %v", o.Dur)
 	case opDelete, opFence:
@@ -163,7 +163,7 @@ func run(t *testing.T, sys system, seed uint64, r *rand.Rand, n int, ops []op, l
 		if ops != nil {
 			o = ops[i]
 		} else {
-			o = m.gen(r, i)
+			o = skip(m.gen(r, i))
 		}
 		done = append(done, o)
 		t0 := time.Now()
@@ -288,6 +288,15 @@ func shrink(t *testing.T, sys system, seed uint64, ops []op, class string, err e
 		}
 	}
 	return cur, err, tries
+}
+
+// leaseName names the lease obtained by op id: "L7", and "L7b" for the
+// second lease of pair #7 (id -7-1000).
+func leaseName(id int) string {
+	if id <= -1000 {
+		return fmt.Sprintf("L%db", -id-1000)
+	}
+	return fmt.Sprintf("L%d", id)
 }
 
 // dropOrphans returns ops without the releases of leases that no op of
@@ -480,6 +489,23 @@ func randTTL(r *rand.Rand) time.Duration {
 		return time.Duration(150+r.IntN(450)) * time.Millisecond
 	}
 	return time.Duration(600+r.IntN(7400)) * time.Millisecond
+}
+
+// skip applies -model.skip to a generated op: a kind named there becomes a
+// short wait, and "reply-lost" keeps every reply.
+func skip(o op) op {
+	if *flagSkip == "" {
+		return o
+	}
+	for _, name := range strings.Split(*flagSkip, ",") {
+		switch {
+		case name == "reply-lost":
+			o.Lose = 0
+		case name == kindNames[o.Kind]:
+			o = op{ID: o.ID, Kind: opWait, Dur: 10 * time.Millisecond}
+		}
+	}
+	return o
 }
 
 // fenceFirst reports whether a sequence starts (id 0) with the fencing

@@ -19,6 +19,7 @@ var (
 	flagDur     = flag.Duration("model.dur", 0, "time per system, new seeds until it is spent (0: 3.5s, long mode 1m)")
 	flagLong    = flag.Bool("model.long", false, "long mode (also COORDKIT_MODEL_LONG=1): more steps, more time, larger shrink budget")
 	flagReentry = flag.Bool("model.reentry", true, "generate re-entries (nested obtains by the holding owner, pairs of one owner); false explores past a re-entry bug")
+	flagSkip    = flag.String("model.skip", "", "comma-separated kinds of steps not to generate (fence-ahead, delete, pair, cancel-at-grant, ...; reply-lost: no lost replies), to explore past a known bug")
 	flagVerbose = flag.Bool("model.v", false, "log every step of the generated sequences")
 	flagShrink  = flag.Duration("model.shrink", 0, "time budget for shrinking a failure, per system (0: 8s, long mode 3m)")
 )
