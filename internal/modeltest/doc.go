@@ -1,12 +1,28 @@
 // Package modeltest holds a model-based (stateful property) test of the
-// Redis lock family: seeded random sequences of operations (obtain,
-// nested obtain, release, waits, a deleted key, a lost and resent reply, a
-// fencing counter ahead of the clock, a ctx cancelled at a grant) run
-// against real Redis servers, each step checked against a small reference
-// model of what is allowed; a failing sequence is shrunk to a short one and
-// printed with its seed. The package has no code of its own: see its tests.
+// Redis lock family: lock.New (Client, reentrant), lock.NewSimple,
+// lock.NewRW, redlock.New over three masters and the Redis semaphore.
+// Seeded random sequences of operations run against real Redis servers —
+// obtain (TryObtain, random TTLs from 150 ms to 8 s), nested obtain by
+// the holding owner, two goroutines of one owner obtaining at once,
+// release (of live, lost and released leases), waits, the lock's key
+// deleted (on one master for redlock), a reply lost and the command resent
+// (a go-redis hook, as MaxRetries does after a network error), the fencing
+// counter set ahead of the server's clock, a waiter's ctx cancelled as the
+// lock is released to it — and after every step the answers and Redis's
+// state are checked against a small reference model: who may hold, token
+// order, what each lease reports (Err, Until, Lost), what each release
+// answers, and that no lease's Until outlives the key that holds it. A
+// failing sequence is shrunk (delta debugging over the recorded steps,
+// replayed on a fresh key) and printed one step a line with its seed.
 //
-//	go test -race ./internal/modeltest                    # short (make test)
-//	COORDKIT_MODEL_LONG=1 go test ./internal/modeltest    # several minutes
-//	go test ./internal/modeltest -run 'TestModel/Client' -model.seed=N  # replay one seed
+// The package has no code of its own: see its tests.
+//
+//	go test -race ./internal/modeltest                          # short: about 3.5 s per system
+//	COORDKIT_MODEL_LONG=1 go test -timeout 30m ./internal/modeltest  # long: a minute per system, 120 steps
+//	go test ./internal/modeltest -run 'TestModel/Client$' -model.seed=N  # one seed again
+//
+// Flags: -model.seed, -model.steps, -model.dur (per system), -model.long,
+// -model.shrink (shrinking budget per system), -model.v (log every step),
+// -model.reentry=false and -model.skip=kind,... (leave out steps that
+// trigger a known bug, to look past it).
 package modeltest
