@@ -33,7 +33,10 @@ chaos-short:
 	cd chaos && $(GO) run . -profile short -seed $(CHAOS_SEED)
 
 # The long profile: at most 30 minutes on a 2-core machine. Not part of test.
+# First the model-based test of the Redis lock family in its long mode (a
+# minute per lock, about 5 minutes; its short mode runs in `make test`).
 chaos: deps
+	COORDKIT_MODEL_LONG=1 $(GO) test -race -count=1 -timeout 30m ./internal/modeltest
 	cd chaos && $(GO) run . -profile long -seed $(CHAOS_SEED)
 
 # The main job on a fresh machine: the ticket-stock race under every strategy
