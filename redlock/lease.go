@@ -22,6 +22,7 @@ type hold struct {
 	c      *Client
 	k      holdKey
 	since  time.Time // when the acquisition was sent
+	made   time.Time // when its round's answer made it (rounds sent later see it on the masters)
 	levels int       // protected by Client.mu
 	token  int64
 	level  string // the id of the hold's level on the masters (hashlock.NodeRelease's Level)
@@ -112,16 +113,23 @@ func (h *hold) raise(ttl time.Duration) {
 // watchdog. If a live hold of the same owner on key appeared meanwhile (two
 // goroutines of one owner obtaining at once), the new acquisition is a
 // level of that hold and the round's level is released again, unless the
-// round took a fresh hold on more masters than that hold can spare (more
-// than N − quorum): then the masters had lost that hold, which is reported
-// lost at once and replaced. (A hold merged while it was in fact lost is
+// round, sent after that hold was made, took a fresh hold on more masters
+// than that hold can spare (more than N − quorum): then the masters had
+// lost that hold, which is reported lost at once and replaced. (A round
+// sent before it was made raced its round, and is fresh wherever it came
+// first: a level of it.) (A hold merged while it was in fact lost is
 // found out by its next renewal.) pl, the local line's front the call
 // holds, goes with a new hold.
 func (c *Client) newLease(ctx context.Context, key, owner string, o lockopt.Obtain, a attempt, pl *place) *lease {
 	k := holdKey{key, owner}
 	c.mu.Lock()
 	old := c.holds[k]
-	if old != nil && old.wd.Err() == nil && !c.closed && a.fresh <= len(c.masters)-c.quorum {
+	// A round sent before old was made raced old's own round on the masters
+	// (one owner's goroutines obtaining at once): on each master one of the
+	// two came first and took the hold fresh, the other re-entered it, so
+	// its fresh answers say nothing of a loss.
+	raced := old != nil && a.start.Before(old.made)
+	if old != nil && old.wd.Err() == nil && !c.closed && (raced || a.fresh <= len(c.masters)-c.quorum) {
 		old.levels++
 		if !o.DefaultTTL {
 			old.raise(o.TTL)
@@ -131,7 +139,7 @@ func (c *Client) newLease(ctx context.Context, key, owner string, o lockopt.Obta
 		pl.leave()
 		return &lease{c: c, h: old}
 	}
-	h := &hold{c: c, k: k, since: a.start, levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
+	h := &hold{c: c, k: k, since: a.start, made: c.o.now(), levels: 1, token: a.token, level: a.level, ttl: o.TTL, place: pl}
 	h.renewTTL.Store(int64(o.TTL))
 	h.wd = c.startWatchdog(h, o, a.start)
 	c.holds[k] = h
