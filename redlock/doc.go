@@ -118,7 +118,9 @@
 // client makes sure a quorum of the masters it holds have a counter of at
 // least that value (those whose token was the maximum count; the others
 // are raised with raise_fence.lua, a round trip only when the tokens
-// differed). Any later holder's quorum shares at least one of those
+// differed, which also records that value as the hold's token there, so
+// that a re-entry of the same owner through another client answers it
+// from any quorum). Any later holder's quorum shares at least one of those
 // masters, where it acquires after this hold ended and gets a larger
 // counter value: tokens of successive holders increase strictly, whatever
 // the clocks. When masters lose their data (a restart from an older

@@ -112,7 +112,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 		}
 	}
 	validity := func() bool { return lr.ttl-c.o.now().Sub(start)-Drift(lr.ttl) > 0 }
-	a.ok = a.got >= c.quorum && validity() && c.raiseFence(ctx, key, acq, a.token) == nil && validity()
+	a.ok = a.got >= c.quorum && validity() && c.raiseFence(ctx, key, lr.owner, acq, a.token) == nil && validity()
 	defer fate.set(c, !a.ok) // after undoHandOff: a late answer's undo follows the round's
 	if a.ok {
 		lr.turn <- turn{a: &a}

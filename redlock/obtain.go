@@ -328,7 +328,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 	case ttl-c.o.now().Sub(start)-Drift(ttl) <= 0:
 		why = ErrNoValidity
 	default:
-		if err := c.raiseFence(ctx, key, rs, a.token); err != nil {
+		if err := c.raiseFence(ctx, key, owner, rs, a.token); err != nil {
 			why = err
 		} else if ttl-c.o.now().Sub(start)-Drift(ttl) <= 0 {
 			why = ErrNoValidity
@@ -372,8 +372,10 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 // needs a quorum of the masters the owner holds to have a fencing counter
 // of at least t before the lease is returned (any later holder's quorum
 // shares one of them, where its fresh token exceeds t). Masters that
-// answered t already count; the others are raised with raise_fence.lua.
-func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[hashlock.NodeResult], t int64) error {
+// answered t already count; the others are raised with raise_fence.lua,
+// which also records t as the token of owner's hold there, so that a
+// re-entry through another client answers t from any quorum.
+func (c *Client) raiseFence(ctx context.Context, key, owner string, rs []reply[hashlock.NodeResult], t int64) error {
 	have := 0
 	for _, r := range rs {
 		if r.err == nil && r.v.Held && r.v.Token == t {
@@ -383,11 +385,12 @@ func (c *Client) raiseFence(ctx context.Context, key string, rs []reply[hashlock
 	if have >= c.quorum {
 		return nil
 	}
-	fence := c.node.Keys(key).Fence
+	k := c.node.Keys(key)
+	keys := []string{k.Fence, k.Lock}
 	raised := fanOut(c, ctx, c.o.nodeTimeout,
 		func(i int) bool { return rs[i].err == nil && rs[i].v.Held && rs[i].v.Token < t }, nil, nil,
 		blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (int64, error) {
-			return raiseFenceScript.Run(ctx, rdb, []string{fence}, t).Int64()
+			return raiseFenceScript.Run(ctx, rdb, keys, t, owner).Int64()
 		}))
 	var errs []error
 	for _, r := range raised {

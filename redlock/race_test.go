@@ -53,3 +53,43 @@ func TestOneOwnerRacingRounds(t *testing.T) {
 		}
 	}
 }
+
+// TestRaisedTokenRecordedInHold: with one master's fencing counter ahead of
+// the clock, the lease's token is that master's (the largest); the other
+// masters' counters are raised to it, and so is the token their hash
+// records for the hold, so that a re-entry of the same owner through
+// another client answers the hold's token from any quorum. Before, the
+// other masters kept their own (smaller) token in the hash, and a re-entry
+// through another client answered by a quorum without the ahead master got
+// a token other than its hold's (found by internal/modeltest's long mode).
+func TestRaisedTokenRecordedInHold(t *testing.T) {
+	ctx := lock.WithOwner(ctxTimeout(t, 20*time.Second), "o")
+	rdbs := dial(t, addrsOf(shared)...)
+	c := newClient(t, nil, redlock.WithNodeTimeout(250*time.Millisecond))
+	for try := 0; ; try++ {
+		key := uniqueKey(t)
+		ahead := time.Now().UnixMicro() + 1e12
+		if err := rdbs[1].Set(ctx, redlock.DefaultPrefix+"{"+key+"}:fence", ahead, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l := mustObtain(t, ctx, c, key, lock.WithTTL(10*time.Second))
+		if l.Token() != ahead+1 { // master 1 was not in the quorum that granted it
+			l.Release(ctx)
+			if try == 50 {
+				t.Fatal("master 1 never answered within the granting quorum in 50 tries")
+			}
+			continue
+		}
+		recorded := 0
+		for _, rdb := range rdbs {
+			if v, err := rdb.HGet(ctx, redlock.DefaultPrefix+"{"+key+"}", "\x00t").Int64(); err == nil && v == l.Token() {
+				recorded++
+			}
+		}
+		l.Release(ctx)
+		if recorded < 3 {
+			t.Fatalf("%d masters record the lease's token %d for the hold, want a quorum (3)", recorded, l.Token())
+		}
+		return
+	}
+}
