@@ -75,7 +75,7 @@ func TestSegmentsConcurrentClients(t *testing.T) {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
-		bad atomic.Value
+		bad atomic.Pointer[error] // the errors differ in dynamic type: not an atomic.Value
 	)
 	lastWarm := make([]int64, clients)
 	for c := range gens {
@@ -91,13 +91,14 @@ func TestSegmentsConcurrentClients(t *testing.T) {
 					before := published.Load()
 					id, err := g.Next(ctx)
 					if err != nil {
-						bad.Store(err)
+						bad.Store(&err)
 						return
 					}
 					// Strictly increasing per generator: an ID is larger than
 					// every ID whose Next returned before this Next began.
 					if id <= before {
-						bad.Store(errors.New("ID not larger than an earlier one"))
+						err := errors.New("ID not larger than an earlier one")
+						bad.Store(&err)
 						return
 					}
 					for old := published.Load(); id > old && !published.CompareAndSwap(old, id); old = published.Load() {
@@ -111,8 +112,8 @@ func TestSegmentsConcurrentClients(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if err, _ := bad.Load().(error); err != nil {
-		t.Fatal(err)
+	if err := bad.Load(); err != nil {
+		t.Fatal(*err)
 	}
 	flat := make([]int64, 0, total)
 	for _, ids := range all {
@@ -162,13 +163,15 @@ func TestSegmentRedisRestart(t *testing.T) {
 	}
 
 	var (
-		mu     sync.Mutex
-		all    [][]int64
-		errAt  []time.Time
-		drawn  atomic.Int64
-		wg     sync.WaitGroup
-		done   = make(chan struct{})
-		lastEr atomic.Value
+		mu    sync.Mutex
+		all   [][]int64
+		errAt []time.Time
+		drawn atomic.Int64
+		wg    sync.WaitGroup
+		done  = make(chan struct{})
+		// lastEr holds errors of several dynamic types (a dial error, a
+		// context deadline): an atomic.Value would panic on the second.
+		lastEr atomic.Pointer[error]
 	)
 	for _, g := range gens {
 		for range goroutines {
@@ -196,7 +199,7 @@ func TestSegmentRedisRestart(t *testing.T) {
 						mu.Lock()
 						errAt = append(errAt, time.Now())
 						mu.Unlock()
-						lastEr.Store(err)
+						lastEr.Store(&err)
 						time.Sleep(2 * time.Millisecond)
 						continue
 					}
@@ -227,7 +230,11 @@ func TestSegmentRedisRestart(t *testing.T) {
 			t.Errorf("error at %v, outside the outage [%v, %v]", at.Sub(killAt), time.Duration(0), upAt.Sub(killAt))
 		}
 	}
-	t.Logf("%d errors during the outage (last: %v); %d IDs", len(errAt), lastEr.Load(), drawn.Load())
+	var last error
+	if p := lastEr.Load(); p != nil {
+		last = *p
+	}
+	t.Logf("%d errors during the outage (last: %v); %d IDs", len(errAt), last, drawn.Load())
 	var flat []int64
 	for _, ids := range all {
 		flat = append(flat, ids...)
