@@ -35,8 +35,11 @@ func WithServerArgs(args ...string) SQLOption {
 // with a fresh data directory made by mariadb-install-db, root without a
 // password, and the database MariaDBDatabase. InnoDB writes its log at each
 // commit and flushes it once a second (innodb_flush_log_at_trx_commit=2):
-// Kill loses no committed write, only an OS crash would. Its methods are
-// safe for concurrent use.
+// Kill loses no committed write, only an OS crash would. Its temporary
+// files go to a tmpdir of its own (mariadbd deletes its tmpdir's #sql*
+// files at start-up). A failed start leaves the logs of the install and
+// of the server in the directory its error names. Its methods are safe for
+// concurrent use.
 type MariaDB struct{ sqlServer }
 
 // NewMariaDB makes a data directory in a new temporary directory, starts
@@ -61,14 +64,25 @@ func NewMariaDB(opts ...SQLOption) (*MariaDB, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	common := []string{"--innodb-log-file-size=16M", "--innodb-buffer-pool-size=32M"}
+	// Every mariadbd, the one mariadb-install-db runs included, deletes at
+	// start-up each #sql* file in its tmpdir (/tmp by default): the
+	// temporary tables of any other server starting or running. With a
+	// shared /tmp, parallel test processes failed each other's installs
+	// ("ERROR: 1051 Unknown table 'mysql.tmp_user_sys'", 1 run in 3 of six
+	// concurrent installs). Each server has a tmpdir of its own.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	common := []string{"--innodb-log-file-size=16M", "--innodb-buffer-pool-size=32M", "--tmpdir=" + tmp}
 	args := append([]string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
 		"--skip-test-db"}, common...)
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
 	if err := runAs(nil, dir, install, args...); err != nil {
-		os.RemoveAll(dir)
+		removeKeepingLogs(dir)
 		return nil, err
 	}
 	initFile := filepath.Join(dir, "init.sql")
@@ -106,7 +120,7 @@ func NewMariaDB(opts ...SQLOption) (*MariaDB, error) {
 			break
 		}
 	}
-	os.RemoveAll(dir)
+	removeKeepingLogs(dir)
 	return nil, last
 }
 

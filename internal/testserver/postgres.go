@@ -61,7 +61,7 @@ func NewPostgres(opts ...SQLOption) (*Postgres, error) {
 	data := filepath.Join(dir, "data")
 	if err := runAs(cred, dir, initdb, "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
 		"--locale=C", "-N", "--no-instructions"); err != nil {
-		os.RemoveAll(dir)
+		removeKeepingLogs(dir)
 		return nil, err
 	}
 	var last error
@@ -88,7 +88,7 @@ func NewPostgres(opts ...SQLOption) (*Postgres, error) {
 			break
 		}
 	}
-	os.RemoveAll(dir)
+	removeKeepingLogs(dir)
 	return nil, last
 }
 

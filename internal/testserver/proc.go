@@ -243,11 +243,11 @@ func waitFor(p *process, timeout time.Duration, ready func() error) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testserver: %s not ready after %v: %v\n%s", p.name, timeout, last, p.logTail())
+			return fmt.Errorf("testserver: %s not ready after %v: %v (log: %s)\n%s", p.name, timeout, last, p.log, p.logTail())
 		}
 		select {
 		case <-p.exited():
-			return fmt.Errorf("testserver: %s exited during start-up: %v\n%s", p.name, last, p.logTail())
+			return fmt.Errorf("testserver: %s exited during start-up: %v (log: %s)\n%s", p.name, last, p.log, p.logTail())
 		case <-t.C:
 		}
 	}

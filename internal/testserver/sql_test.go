@@ -196,3 +196,37 @@ func TestSQLServerMissingBinary(t *testing.T) {
 		t.Errorf("NewMariaDB without mariadbd on PATH: %v, want ErrMissingBinary naming apt-get install -y mariadb-server", err)
 	}
 }
+
+// TestMariaDBTempTablesSurviveAnotherStart starts a second MariaDB while
+// the first holds a temporary table: every mariadbd (the one
+// mariadb-install-db runs too) deletes the #sql* files of its tmpdir at
+// start-up, so servers sharing /tmp lost each other's temporary tables (and
+// parallel test processes failed each other's installs, issue 31).
+func TestMariaDBTempTablesSurviveAnotherStart(t *testing.T) {
+	m := testserver.StartMariaDB(t)
+	ctx := ctxT(t, 60*time.Second)
+	db := openDB(t, "mysql", m.DSN())
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Aria, as the install's own temporary tables: its files live in tmpdir
+	// (InnoDB's live in the data directory).
+	if _, err := conn.ExecContext(ctx, "CREATE TEMPORARY TABLE tt (v INT NOT NULL) ENGINE=Aria"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "INSERT INTO tt (v) VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	testserver.StartMariaDB(t)
+	var v int
+	if err := conn.QueryRowContext(ctx, "SELECT v FROM tt").Scan(&v); err != nil || v != 1 {
+		t.Fatalf("the first server's temporary table after a second server started: %d, %v", v, err)
+	}
+	// The server reads its open files still; dropping the table removes
+	// them, and fails when they are gone.
+	if _, err := conn.ExecContext(ctx, "DROP TEMPORARY TABLE tt"); err != nil {
+		t.Fatalf("dropping the first server's temporary table after a second server started: %v", err)
+	}
+}

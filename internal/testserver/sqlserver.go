@@ -209,20 +209,60 @@ func chownTree(dir string, cred *syscall.Credential) error {
 }
 
 // runAs runs a set-up command (initdb, mariadb-install-db) to completion,
-// as cred's user when not nil, and returns its output in the error.
+// as cred's user when not nil, with its output in <dir>/<command>.log. On
+// failure the error names that file and quotes its lines that report an
+// error (else its last lines), not the advice these commands print after.
 func runAs(cred *syscall.Credential, dir, bin string, args ...string) error {
+	name := filepath.Base(bin)
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	cmd.Stdout = logf
+	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		o := strings.TrimSpace(string(out))
-		if len(o) > 2000 {
-			o = o[len(o)-2000:]
-		}
-		return fmt.Errorf("testserver: %s: %w\n%s", filepath.Base(bin), err, o)
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("testserver: %s: %w (output in %s)\n%s", name, err, logPath, logSummary(logPath))
 	}
 	return nil
+}
+
+// logSummary returns the lines of the log at path that report an error
+// (at most 10), or its last 10 lines when none does.
+func logSummary(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var errs []string
+	for _, l := range lines {
+		if u := strings.ToUpper(l); strings.Contains(u, "ERROR") || strings.Contains(u, "FATAL") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) == 0 {
+		errs = lines
+	}
+	return strings.Join(errs[max(0, len(errs)-10):], "\n")
+}
+
+// removeKeepingLogs removes a server's directory after it failed to start,
+// all but its *.log files, which the error names.
+func removeKeepingLogs(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".log") {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // findBinary looks name up on PATH, then in the versioned directories of
