@@ -38,9 +38,14 @@ func (c *Client) call(ctx context.Context, op func() error) error {
 	}
 }
 
-// callCreate is call for the create of a protected node: if ctx ends first,
-// the node the request may still create (found by its UUID) is deleted in
-// the background.
+// callCreate is call for the create of a protected node. If ctx ends first,
+// the request may still create the node: callCreate waits for its reply
+// and deletes the node before it returns, as abandon does, all within
+// abandonTimeout; past that, or if the reply is lost (the node is then
+// found by its UUID), the node is deleted in the background. A cancelled
+// Obtain thus leaves no node behind when it returns while the server
+// answers (a waiter cancelled just after its create was sent, under load,
+// returned first and left its node for a moment).
 func (c *Client) callCreate(ctx context.Context, parent, guid string, res *[]zk.MultiResponse, op func() error) error {
 	if ctx.Done() == nil {
 		return op()
@@ -56,14 +61,30 @@ func (c *Client) callCreate(ctx context.Context, parent, guid string, res *[]zk.
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		c.spawn(func() {
-			switch err := <-done; {
+		actx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+		defer cancel()
+		select {
+		case err := <-done: // *res was written before done was sent
+			switch {
 			case err == nil:
-				c.reapNow((*res)[0].String)
+				path := (*res)[0].String
+				err := c.call(actx, func() error { return c.conn.Delete(path, -1) })
+				if err != nil && !errors.Is(err, zk.ErrNoNode) {
+					c.reap(path)
+				}
 			case errors.Is(err, zk.ErrConnectionClosed):
-				c.reapGUIDNow(parent, guid)
+				c.reapGUID(parent, guid)
 			}
-		})
+		case <-actx.Done():
+			c.spawn(func() {
+				switch err := <-done; {
+				case err == nil:
+					c.reapNow((*res)[0].String)
+				case errors.Is(err, zk.ErrConnectionClosed):
+					c.reapGUIDNow(parent, guid)
+				}
+			})
+		}
 		return ctx.Err()
 	}
 }

@@ -47,10 +47,13 @@
 // reconnects, a create queued then runs in the new session, and the Client
 // still deletes the node if the attempt was given up.
 //
-// Release deletes the node (a missing node means lock.ErrNotHeld). A
-// cancelled wait (ctx ended, TryObtain refused) deletes the waiter's node
-// before returning, within a second, then in the background until the node
-// or its session is gone.
+// Release deletes the node (a missing node means lock.ErrNotHeld). An
+// attempt given up (ctx ended, TryObtain refused) deletes its node before
+// Obtain returns, also when ctx ends while the create is in flight (Obtain
+// then waits for the create's reply): when Obtain returns, no node of the
+// attempt is left, unless the server took longer than a second to answer;
+// then the Client goes on deleting it in the background until the node or
+// its session is gone.
 //
 // # Re-entry, owners and tokens
 //
