@@ -57,6 +57,12 @@ func TestTinyidOneDatabase(t *testing.T) {
 				t.Fatalf("ID #%d = %d, want %d", i, id, i+1)
 			}
 		}
+		// The last segment's draws started the prefetch of the next one:
+		// wait until it is in memory, so that no fetch is under way (none
+		// starts while one is ready and nobody draws) when the row and the
+		// counters are read. Read at once, the row could miss a fetch that
+		// Stats counted a moment later.
+		waitFor(t, "prefetch", func() bool { return g.Stats().Ready })
 		var version int64
 		if err := db.QueryRowContext(ctx, "SELECT version FROM "+table+" WHERE biz_type = 'test'").Scan(&version); err != nil {
 			t.Fatal(err)
