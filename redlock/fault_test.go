@@ -15,9 +15,14 @@ import (
 
 func TestMastersKilled(t *testing.T) {
 	rs := testserver.StartRedisMasters(t, 5)
-	// Fewer lost answers under -race; a hold left by a lost answer that its
-	// release did not reach either expires within 2 s.
-	opts := []redlock.Option{redlock.WithNodeTimeout(20 * time.Millisecond), redlock.WithDefaultTTL(2 * time.Second)}
+	// A hold left by a lost answer that its release did not reach either
+	// expires within 2 s. A node timeout of 250 ms, as TestMutualExclusion's:
+	// at the default 20 ms, releases over 5 healthy masters (and over the 3
+	// left) were "not confirmed by a quorum" under CPU starvation, failing
+	// Do in 4 of 6 runs beside two CPU burners (issue 31); the killed
+	// masters refuse connections at once, so the rounds do not wait longer
+	// for them. Exclusion is what is tested.
+	opts := []redlock.Option{redlock.WithNodeTimeout(250 * time.Millisecond), redlock.WithDefaultTTL(2 * time.Second)}
 	lockers := []lock.Locker{newClient(t, rs, opts...), newClient(t, rs, opts...), newClient(t, rs, opts...)}
 	counter := dial(t, shared[0].Addr())[0] // outside the masters that die
 	begin := time.Now()
