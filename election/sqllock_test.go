@@ -224,8 +224,17 @@ func TestSQLSessionKilled(t *testing.T) {
 				ctx := ctxFor(t, 30*time.Second)
 				key := newKey(t)
 				px := testserver.StartProxy(t, b.server().Addr())
-				a := newElection(t, b.client(t, b.openDB(t, b.dsn(px.Addr()))), key, "a", election.WithTTL(sqlTTL))
-				bb := newElection(t, b.client(t, b.openDB(t, b.dsn(b.server().Addr()))), key, "b", election.WithTTL(sqlTTL))
+				ttl := sqlTTL
+				if b.lease {
+					// The lease table's renewals open new connections after the
+					// cut: the TTL must cover a connection's set-up, which on a
+					// loaded machine took longer than the 600 ms a 900 ms TTL
+					// leaves (a .ci/run saw the term end). Two TTLs after the
+					// cut the term is live only if renewals went on.
+					ttl = 3 * time.Second
+				}
+				a := newElection(t, b.client(t, b.openDB(t, b.dsn(px.Addr()))), key, "a", election.WithTTL(ttl))
+				bb := newElection(t, b.client(t, b.openDB(t, b.dsn(b.server().Addr()))), key, "b", election.WithTTL(ttl))
 				ta, err := a.Campaign(ctx)
 				if err != nil {
 					t.Fatal(err)
@@ -240,7 +249,7 @@ func TestSQLSessionKilled(t *testing.T) {
 				}
 				var lost time.Time
 				if b.lease {
-					time.Sleep(2 * sqlTTL)
+					time.Sleep(2 * ttl)
 					if err := ta.Err(); err != nil {
 						t.Fatalf("the lease table's term ended after its connections were cut: %v", err)
 					}
