@@ -2,6 +2,8 @@ package watchdog_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +49,7 @@ func TestRaise(t *testing.T) {
 		t.Fatalf("Until after Raise(2s, start+10ms) = start+%v, want start+2.01s", u.Sub(start))
 	}
 	w.Raise(time.Second, start.Add(20*time.Millisecond)) // earlier deadline, shorter TTL: no change
-	if u := w.Until(); !u.Equal(start.Add(2010 * time.Millisecond)) || w.TTL() != 2*time.Second {
+	if u := w.Until(); !u.Equal(start.Add(2010*time.Millisecond)) || w.TTL() != 2*time.Second {
 		t.Fatalf("a shorter Raise moved Until to start+%v or TTL to %v", u.Sub(start), w.TTL())
 	}
 	// The renewals (failing) carry the raised TTL, and the lease is not
@@ -66,5 +68,45 @@ func TestRaise(t *testing.T) {
 	}
 	if !w.Held() {
 		t.Fatal("not Held before the raised deadline")
+	}
+}
+
+// TestRenewalUnansweredAtDeadline: a renewal still in flight when the
+// lease's deadline comes is reported as a failed renewal before the loss
+// (OnRenew and the Observer see it). Before, the loop reported the loss and
+// dropped the renewal, so a lease that expired with one hanging renewal
+// (a killed Redis that go-redis kept dialing) logged no failed renewal.
+func TestRenewalUnansweredAtDeadline(t *testing.T) {
+	var mu sync.Mutex
+	var renewed []error
+	w, err := watchdog.Start(watchdog.Config{
+		TTL:      60 * time.Millisecond,
+		Interval: 20 * time.Millisecond,
+		Renew: func(ctx context.Context) error {
+			<-ctx.Done() // never answers
+			return ctx.Err()
+		},
+		OnRenew: func(err error) {
+			mu.Lock()
+			renewed = append(renewed, err)
+			mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case <-w.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost 5 s after a 60 ms TTL")
+	}
+	if !errors.Is(w.Err(), watchdog.ErrExpired) {
+		t.Fatalf("cause %v, want ErrExpired", w.Err())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(renewed) != 1 || renewed[0] == nil {
+		t.Fatalf("renewals reported %v, want one failure", renewed)
 	}
 }

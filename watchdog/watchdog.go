@@ -20,6 +20,10 @@ var (
 	ErrMaxHold = errors.New("watchdog: maximum hold time reached")
 )
 
+// errNoAnswer is the failure of a renewal that had not answered when the
+// lease's deadline came.
+var errNoAnswer = errors.New("watchdog: renewal not answered before the deadline")
+
 // MinTTL is the smallest TTL Start accepts: shorter leases cannot be renewed
 // reliably over a network.
 const MinTTL = 10 * time.Millisecond
@@ -324,6 +328,18 @@ func (w *Watchdog) loop(ctx context.Context, cancel context.CancelFunc) {
 		deadline := start.Add(time.Duration(w.until.Load()))
 		maxed := cfg.MaxHold > 0 && !now.Before(start.Add(cfg.MaxHold))
 		if !now.Before(deadline) {
+			if inflight && !maxed {
+				// The renewal in flight did not answer by the deadline: a
+				// failed renewal, reported as one (its answer, if it comes,
+				// is dropped).
+				lastErr = errNoAnswer
+				if cfg.OnRenew != nil {
+					cfg.OnRenew(lastErr)
+				}
+				if cfg.Observer != nil {
+					cfg.Observer.Renewed(lastErr)
+				}
+			}
 			switch {
 			case maxed:
 				w.lose(ErrMaxHold)
