@@ -12,10 +12,10 @@ deps:
 vet:
 	$(GO) vet ./...
 
+# Each step runs even if an earlier one failed; scripts/test.sh ends with a
+# summary and fails if any step did.
 test: deps vet
-	$(GO) test -race -count=1 -timeout 20m ./...
-	$(MAKE) contrib
-	$(MAKE) chaos-short
+	GO=$(GO) MAKE=$(MAKE) ./scripts/test.sh
 
 # The adapters, each a module of its own (so that their dependencies stay
 # out of the module graph of users who import only the library).
