@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: deps test vet demo bench chaos chaos-short contrib
+.PHONY: deps test vet demo bench chaos chaos-short chaos-mutants contrib
 
 deps:
 	./scripts/deps.sh
@@ -51,3 +51,12 @@ demo: deps
 # 2 s; bench/ has its own go.mod. Takes a while: not part of test or demo.
 bench: deps
 	cd bench && $(GO) run . -rounds 3 -dur 2s
+
+# The mutant catalog (chaos/mutants/*.patch, README in chaos/): each
+# realistic bug applied to a scratch copy of HEAD, built, and run under the
+# checker on the backends its header names, one at a time; prints the table
+# and the kill rate. Not part of test. MUTANTS=01,02 selects,
+# MUTANT_PROFILE (short), MUTANT_SEEDS ("1"), MUTANT_TIMEOUT (4m per run),
+# MUTANT_OUT (results dir) pass through the environment.
+chaos-mutants:
+	cd chaos && $(GO) run ./mutants
