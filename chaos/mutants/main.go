@@ -189,8 +189,8 @@ func loadCatalog(dir string) ([]*mutant, error) {
 
 // runMutant copies HEAD, applies m, builds, and runs the checker until a
 // run fails.
-func runMutant(root, out string, m *mutant, profile string, seeds []string, timeout time.Duration) outcome {
-	o := outcome{m: m}
+func runMutant(root, out string, m *mutant, profile string, seeds []string, timeout time.Duration) (o outcome) {
+	o.m = m
 	start := time.Now()
 	defer func() { o.took = time.Since(start) }()
 	if m.Equiv != "" {
