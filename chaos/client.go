@@ -51,6 +51,8 @@ type clientConfig struct {
 	owners   string        // "call": a new owner per lock.Do; "goroutine": one per goroutine
 	hold     time.Duration // a section sleeps up to this between its read and its write
 	reenter  float64       // the fraction of sections that re-enter their key (worker.reenterSection)
+	long     float64       // the fraction of sections whose work lasts longFor unless the lease is lost (worker.work)
+	longFor  time.Duration // how long a long section's work lasts
 	ctl      string        // ids: the slot's control file (clock steps)
 	idsOut   string        // ids: the ID file
 	rate     int           // ids: IDs per second per part (0: no limit)
@@ -74,6 +76,8 @@ func parseClient(args []string) (clientConfig, error) {
 	fs.DurationVar(&c.hold, "hold", 10*time.Millisecond, "a section sleeps a random time up to this between its counter read and write")
 	fs.StringVar(&c.owners, "owners", "call", "call (a new owner per lock.Do) or goroutine (one owner per goroutine, kept across calls)")
 	fs.Float64Var(&c.reenter, "reenter", 0, "the fraction of critical sections that re-enter their key with a nested lock.Do")
+	fs.Float64Var(&c.long, "long", 0, "the fraction of critical sections whose work lasts -long-for, ended early only by the lease's loss")
+	fs.DurationVar(&c.longFor, "long-for", 0, "how long a long section's work lasts")
 	fs.StringVar(&c.ctl, "ctl", "", "ids: the slot's control file")
 	fs.StringVar(&c.idsOut, "ids", "", "ids: the ID file")
 	fs.IntVar(&c.rate, "rate", 0, "ids: IDs per second per part (0: no limit)")
@@ -97,6 +101,8 @@ func parseClient(args []string) (clientConfig, error) {
 		return c, errors.New("chaos client: ids needs -ctl, -ids, ZooKeeper and Redis -addrs, -rate not negative")
 	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0 || c.hold < 0:
 		return c, errors.New("chaos client: -keys, -workers, -ttl and -session must be positive, -hold not negative")
+	case !(c.long >= 0 && c.long <= 1) || c.longFor < 0:
+		return c, fmt.Errorf("chaos client: -long %v, -long-for %v: want a fraction from 0 to 1 and a duration not negative", c.long, c.longFor)
 	case !(c.reenter >= 0 && c.reenter <= 1):
 		return c, fmt.Errorf("chaos client: -reenter %v: want a fraction from 0 to 1", c.reenter)
 	}

@@ -153,6 +153,7 @@ func (e *env) spawn(s *slot) error {
 		"-workers", strconv.Itoa(e.cfg.workers), "-ttl", e.cfg.ttl.String(),
 		"-session", e.cfg.session.String(), "-proc", proc, "-owners", e.cfg.owners, "-hold", e.cfg.hold.String(),
 		"-reenter", strconv.FormatFloat(e.cfg.reenter, 'g', -1, 64),
+		"-long", strconv.FormatFloat(e.cfg.long, 'g', -1, 64), "-long-for", (2 * e.cfg.life()).String(),
 		"-out", filepath.Join(e.dir, "hist-"+proc+".jsonl"),
 		"-seed", strconv.FormatUint(e.cfg.seed*1000+uint64(s.i*100+s.gen), 10)}
 	if e.resource != nil {

@@ -34,6 +34,7 @@ type runConfig struct {
 	kinds   []string                 // fault kinds to draw from (nil: every kind of the backend)
 	contend bool                     // ids: the contention mode (ids.go)
 	reenter float64                  // the fraction of sections that re-enter their key (client.go)
+	long    float64                  // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
 }
 
 // durFor is the load phase of backend b: flag (if set), the profile's
@@ -94,6 +95,7 @@ func runMain(args []string) (int, error) {
 	out := fs.String("out", "", "directory for histories and reports (default: a new temp dir)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default: every kind of each backend)")
 	reenter := fs.Float64("reenter", -1, "the fraction of critical sections that re-enter their key with a nested lock.Do (-1: the profile's)")
+	long := fs.Float64("long", 0, "the fraction of critical sections whose work lasts twice the TTL (or the session), ended early only by the lease's loss: a holder that is never told of a loss then outlives the report bound (0: none, as in the profiles)")
 	contend := fs.Bool("ids-contend", false, "ids: contention mode: the processes contend for procs-1 worker IDs per part, their clocks differ by up to 4 ms, a released ID is retaken at once while its old generators draw at full speed")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -111,6 +113,10 @@ func runMain(args []string) (int, error) {
 		}
 		base.reenter = *reenter
 	}
+	if !(*long >= 0 && *long <= 1) {
+		return 2, fmt.Errorf("-long %v: want a fraction from 0 to 1", *long)
+	}
+	base.long = *long
 	if *procs > 0 {
 		base.procs = *procs
 	}

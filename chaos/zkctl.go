@@ -125,6 +125,19 @@ func (w *worker) work(ctx context.Context) {
 		}
 		return
 	}
+	// A long section (-long; never drawn when it is 0, so that the
+	// profiles' schedules stay as they were): it outlives the report bound
+	// unless the lease's loss ends it, so a holder never told of a loss
+	// overlaps the next holder by more than the checker excuses.
+	if w.cfg.long > 0 && w.rnd.Float64() < w.cfg.long {
+		t := time.NewTimer(w.cfg.longFor)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return
+	}
 	time.Sleep(time.Duration(w.rnd.Int64N(int64(w.cfg.hold) + 1)))
 }
 
