@@ -557,3 +557,26 @@ func finishLost(lost <-chan struct{}, deadline time.Time) bool {
 	}
 	return waitLost(lost, time.Until(deadline)+300*time.Millisecond)
 }
+
+// pickLease picks the lease a release step names: seven times in ten one
+// of preferred (live, not released), if any, else any of all.
+func pickLease(r *rand.Rand, preferred, all []int) int {
+	if len(preferred) > 0 && r.IntN(10) < 7 {
+		return preferred[r.IntN(len(preferred))]
+	}
+	return all[r.IntN(len(all))]
+}
+
+// releasing says what a release step did, for failure messages.
+func releasing(resent bool) string {
+	if resent {
+		return "releasing (reply lost, command resent)"
+	}
+	return "releasing"
+}
+
+// releasedTwice is the failure of a second release of lease id that
+// answered err, not ErrNotHeld.
+func releasedTwice(what string, id int, err error) error {
+	return fail("release", "%s L%d a second time: %v, want ErrNotHeld", what, id, err)
+}

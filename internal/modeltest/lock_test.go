@@ -172,11 +172,7 @@ func (m *lockModel) gen(r *rand.Rand, id int) op {
 		}
 	case w < 58 && len(all) > 0:
 		o.Kind = opRelease
-		if len(un) > 0 && r.IntN(10) < 7 {
-			o.Lease = un[r.IntN(len(un))]
-		} else {
-			o.Lease = all[r.IntN(len(all))]
-		}
+		o.Lease = pickLease(r, un, all)
 	case w < 68:
 		o.Kind = opWait
 		o.Dur = randWait(r)
@@ -350,17 +346,14 @@ func (m *lockModel) record(id, owner, client int, ttl time.Duration, l lock.Leas
 
 // released checks the answer of a Release.
 func (m *lockModel) released(ctx context.Context, lr *leaseRec, err error, resent bool) error {
-	what := "releasing"
-	if resent {
-		what = "releasing (reply lost, command resent)"
-	}
+	what := releasing(resent)
 	was := lr.released
 	lr.released = true
 	h := lr.hold
 	switch {
 	case was:
 		if !errors.Is(err, lock.ErrNotHeld) {
-			return fail("release", "%s L%d a second time: %v, want ErrNotHeld", what, lr.id, err)
+			return releasedTwice(what, lr.id, err)
 		}
 	case h.state == live:
 		delete(h.levels, lr.id)

@@ -162,11 +162,7 @@ func (m *redlockModel) gen(r *rand.Rand, id int) op {
 		}
 	case w < 55 && len(all) > 0:
 		o.Kind = opRelease
-		if len(un) > 0 && r.IntN(10) < 7 {
-			o.Lease = un[r.IntN(len(un))]
-		} else {
-			o.Lease = all[r.IntN(len(all))]
-		}
+		o.Lease = pickLease(r, un, all)
 	case w < 65:
 		o.Kind = opWait
 		o.Dur = randWait(r)
@@ -489,7 +485,7 @@ func (m *redlockModel) releaseSettle(ctx context.Context, lr *rlLease, lose int,
 	}
 	if was {
 		if !errors.Is(err, lock.ErrNotHeld) {
-			return fail("release", "%s L%d a second time: %v, want ErrNotHeld", what, lr.id, err)
+			return releasedTwice(what, lr.id, err)
 		}
 		return nil
 	}

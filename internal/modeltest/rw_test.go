@@ -126,11 +126,7 @@ func (m *rwModel) gen(r *rand.Rand, id int) op {
 		}
 	case w < 62 && len(all) > 0:
 		o.Kind = opRelease
-		if len(lv) > 0 && r.IntN(10) < 7 {
-			o.Lease = lv[r.IntN(len(lv))]
-		} else {
-			o.Lease = all[r.IntN(len(all))]
-		}
+		o.Lease = pickLease(r, lv, all)
 	case w < 75:
 		o.Kind = opWait
 		o.Dur = randWait(r)
@@ -315,16 +311,13 @@ func (m *rwModel) obtained(ctx context.Context, id, owner, client int, read bool
 }
 
 func (m *rwModel) released(ctx context.Context, lr *rwLeaseRec, err error, resent bool) error {
-	what := "releasing"
-	if resent {
-		what = "releasing (reply lost, command resent)"
-	}
+	what := releasing(resent)
 	was := lr.released
 	lr.released = true
 	switch {
 	case was:
 		if !errors.Is(err, lock.ErrNotHeld) {
-			return fail("release", "%s L%d a second time: %v, want ErrNotHeld", what, lr.id, err)
+			return releasedTwice(what, lr.id, err)
 		}
 	case lr.state == live:
 		if !lr.read && len(m.live(0)) == 0 {

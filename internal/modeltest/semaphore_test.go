@@ -97,11 +97,7 @@ func (m *semModel) gen(r *rand.Rand, id int) op {
 		o.Kind = opObtain
 	case w < 60 && len(all) > 0:
 		o.Kind = opRelease
-		if len(lv) > 0 && r.IntN(10) < 7 {
-			o.Lease = lv[r.IntN(len(lv))]
-		} else {
-			o.Lease = all[r.IntN(len(all))]
-		}
+		o.Lease = pickLease(r, lv, all)
 	case w < 72:
 		o.Kind = opWait
 		o.Dur = randWait(r)
@@ -193,16 +189,13 @@ func (m *semModel) acquired(ctx context.Context, id, client int, ttl time.Durati
 }
 
 func (m *semModel) released(ctx context.Context, p *semPermit, err error, resent bool) error {
-	what := "releasing"
-	if resent {
-		what = "releasing (reply lost, command resent)"
-	}
+	what := releasing(resent)
 	was := p.released
 	p.released = true
 	switch {
 	case was:
 		if !errors.Is(err, lock.ErrNotHeld) {
-			return fail("release", "%s L%d a second time: %v, want ErrNotHeld", what, p.id, err)
+			return releasedTwice(what, p.id, err)
 		}
 	case p.state == live:
 		if err != nil {
