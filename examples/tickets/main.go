@@ -42,6 +42,7 @@ func main() {
 	flag.StringVar(&strategies, "strategies", strings.Join(allStrategies, ","), "comma-separated strategies to run")
 	flag.StringVar(&c.redis, "redis", "", "Redis address for the stock (default: start one)")
 	flag.StringVar(&c.masters, "masters", "", "comma-separated Redlock masters (default: start three)")
+	flag.DurationVar(&c.nodeTimeout, "node-timeout", 0, "Redlock's timeout per master round trip (default: redlock.DefaultNodeTimeout, 20ms)")
 	flag.StringVar(&c.zk, "zk", "", "comma-separated ZooKeeper servers (default: start one)")
 	flag.StringVar(&c.mysql, "mysql", "", "MySQL/MariaDB DSN for the mysql:* strategies (default: start MariaDB)")
 	flag.StringVar(&c.postgres, "postgres", "", "PostgreSQL URL for the pg:* strategies (default: start PostgreSQL)")

@@ -24,7 +24,8 @@ type config struct {
 	work                   time.Duration
 	strategies             []string
 	redis, masters, zk     string
-	mysql, postgres        string // DSNs; "" starts a server
+	mysql, postgres        string        // DSNs; "" starts a server
+	nodeTimeout            time.Duration // Redlock's per-master timeout; 0: redlock.DefaultNodeTimeout
 }
 
 type result struct {
@@ -352,7 +353,11 @@ func init() {
 				cleanup()
 				return nil, nil, err
 			}
-			l, err := redlock.New(masters)
+			var opts []redlock.Option
+			if e.cfg.nodeTimeout > 0 {
+				opts = append(opts, redlock.WithNodeTimeout(e.cfg.nodeTimeout))
+			}
+			l, err := redlock.New(masters, opts...)
 			if err != nil {
 				cleanup()
 				return nil, nil, err
