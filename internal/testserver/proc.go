@@ -231,6 +231,10 @@ outer:
 	return nil
 }
 
+// errExited is what waitFor's error wraps when the process exited before it
+// was ready (a port taken meanwhile, among other causes).
+var errExited = errors.New("exited during start-up")
+
 // waitFor polls ready every 20 ms until it returns nil, the process exits,
 // or timeout passes.
 func waitFor(p *process, timeout time.Duration, ready func() error) error {
@@ -247,7 +251,7 @@ func waitFor(p *process, timeout time.Duration, ready func() error) error {
 		}
 		select {
 		case <-p.exited():
-			return fmt.Errorf("testserver: %s exited during start-up: %v (log: %s)\n%s", p.name, last, p.log, p.logTail())
+			return fmt.Errorf("testserver: %s %w: %v (log: %s)\n%s", p.name, errExited, last, p.log, p.logTail())
 		case <-t.C:
 		}
 	}

@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -213,7 +214,22 @@ func StartZooKeeperEnsembleWith(tb testing.TB, n int, o ZKEnsembleOptions) *ZooK
 
 func newZK(n int) (*ZooKeeper, error) { return newZKWith(n, ZKEnsembleOptions{}) }
 
+// newZKWith starts the ensemble, again on fresh ports if a node exits
+// during start-up: a free port can be taken by another process (another
+// test package's server) before the node binds it, and each node needs
+// three. The other servers' starts retry the same way.
 func newZKWith(n int, o ZKEnsembleOptions) (*ZooKeeper, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var z *ZooKeeper
+		if z, err = newZKOnce(n, o); err == nil || !errors.Is(err, errExited) {
+			return z, err
+		}
+	}
+	return nil, err
+}
+
+func newZKOnce(n int, o ZKEnsembleOptions) (*ZooKeeper, error) {
 	java, cp, err := zkClasspath()
 	if err != nil {
 		return nil, err
