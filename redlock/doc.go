@@ -45,6 +45,19 @@
 // fencing counters stop waiting at their bounds (20 × the node timeout,
 // at least 100 ms), and their late answers change nothing.
 //
+// The default node timeout (20 ms) is chosen for acquisition, which is
+// time-critical for safety: every millisecond an attempt waits comes off
+// its validity. A release is not: where it is not confirmed in time, the
+// hold expires after its TTL, and nobody else can hold the lock meanwhile.
+// So on a host whose processes may be starved for hundreds of
+// milliseconds (a loaded CI runner, a 2-core machine running tests beside
+// its masters), a release over healthy masters can answer ErrNoQuorum
+// ("not confirmed by a quorum") at the default, as the project's own tests
+// saw under load; the lock is still safe, and freed by the TTL. Such
+// hosts want WithNodeTimeout(100–250 ms), as the tests and the tickets
+// example (-node-timeout) use: it lengthens each failed attempt against a
+// dead master by that much, and bounds a release at 2–5 s.
+//
 // go-redis also sends a command again after a network error on the read
 // (MaxRetries, 3 by default), when the server may already have run it.
 // Every round's acquisition, hand-off and release carries an id, and a
