@@ -22,7 +22,10 @@
 // apply and patch -p1 skip them): "# Backends: lock fair" names the chaos
 // backends that should expose the mutant ("none": the checker has no
 // workload for it; it counts as survived without a run), "# Flags:" extra
-// checker flags, and "# Equivalent: why" marks a mutant that cannot break
+// checker flags, "# Tests: ./pkg TestA|TestB" (repeatable) Go tests of the
+// project that must fail on the mutant (run on the patched copy when the
+// checker's runs did not kill it: a failing test kills it too, and the
+// table names the test), and "# Equivalent: why" marks a mutant that cannot break
 // a promise: it is listed, not run, not counted. README.md describes the
 // other fields.
 package main
@@ -51,7 +54,8 @@ type mutant struct {
 	Breaks   string
 	Backends []string
 	Flags    []string
-	Equiv    string // reason, if equivalent
+	Tests    [][2]string // package and -run pattern of Go tests that must fail
+	Equiv    string      // reason, if equivalent
 }
 
 // outcome is one mutant's row of the table.
@@ -168,6 +172,10 @@ func loadCatalog(dir string) ([]*mutant, error) {
 				m.Backends = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
 			case "flags":
 				m.Flags = strings.Fields(v)
+			case "tests":
+				if pkg, run, ok := strings.Cut(v, " "); ok {
+					m.Tests = append(m.Tests, [2]string{pkg, strings.TrimSpace(run)})
+				}
 			case "equivalent":
 				m.Equiv = v
 			}
@@ -240,9 +248,14 @@ func runMutant(root, out string, m *mutant, profile string, seeds []string, time
 	}
 	if len(m.Backends) == 1 && m.Backends[0] == "none" {
 		o.result, o.by = "no-workload", "the checker runs no workload of this package"
-		return o
+		return testsKill(o, src, logDir, timeout)
 	}
 	o.result = "survived"
+	defer func() {
+		if o.result != "killed" {
+			o = testsKill(o, src, logDir, timeout)
+		}
+	}()
 	for _, b := range m.Backends {
 		for _, seed := range seeds {
 			res, by := checkerRun(filepath.Join(src, "chaos"), bin, filepath.Join(logDir, b+"-"+seed), b, seed, profile, m.Flags, timeout)
@@ -254,6 +267,25 @@ func runMutant(root, out string, m *mutant, profile string, seeds []string, time
 			default: // timeout or error: recorded, the other runs go on
 				o.result, o.by, o.run = res, by, b+" seed "+seed
 			}
+		}
+	}
+	return o
+}
+
+// testsKill runs the mutant's Go tests ("# Tests:") on its patched copy src:
+// the first that fails kills it.
+func testsKill(o outcome, src, logDir string, timeout time.Duration) outcome {
+	for i, t := range o.m.Tests {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		cmd := exec.CommandContext(ctx, "go", "test", "-trimpath", "-count=1", "-run", t[1], t[0])
+		cmd.Dir = src
+		out, err := cmd.CombinedOutput()
+		timedOut := ctx.Err() != nil // read before cancel, which sets it
+		cancel()
+		os.WriteFile(filepath.Join(logDir, fmt.Sprintf("test-%d.log", i)), out, 0o644)
+		if err != nil && !timedOut {
+			o.result, o.by, o.run = "killed", "go test "+t[0]+" -run '"+t[1]+"'", "tests"
+			return o
 		}
 	}
 	return o
