@@ -119,6 +119,7 @@ const (
 	aLiveness       = "liveness-bound-exceeded"
 	aMalformed      = "malformed-history"
 	aReentryToken   = "reentry-token"
+	aReentryNoFault = "reentry-new-hold-unexplained"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -278,6 +279,7 @@ func Check(in Input) *Result {
 		pauses: map[string][][2]int64{}, procEnd: map[string]int64{}}
 	r.build(in)
 	r.checkTokens()
+	r.checkReentries(in)
 	r.checkStaleWrites(in)
 	pairs := r.checkOverlaps(in)
 	r.checkLostUpdates(in, pairs)
@@ -402,6 +404,49 @@ func (r *Result) linkReentry(h *Hold) bool {
 			h.ID, h.Key, h.Token, o.ID, o.Token), o, h)
 	}
 	return true
+}
+
+// checkReentries: a re-entry that took a new hold (another token than its
+// outer hold's) says the outer hold was gone from the servers. Every fault
+// can take a hold (a data loss or deletion by removing it, the others by
+// keeping the holder from renewing until its lease ran out), but only while
+// the fault lasts or within the lease's life and the report bound after it
+// ends; a fault of another client process cannot take this one's. A hold
+// lost with no fault to explain it was lost by the library (a level that
+// made a new hold of one Redis still had, a renewal that failed on a
+// healthy server).
+func (r *Result) checkReentries(in Input) {
+	window := in.Life.Nanoseconds() + reportBound(in).Nanoseconds()
+	for _, h := range sortedHolds(r.holds) {
+		o := h.outer
+		if o == nil || h.level || h.Acquired == 0 {
+			continue
+		}
+		explained := false
+		for _, f := range in.Faults {
+			if f.Err != "" || (f.Proc != "" && f.Proc != o.Proc) {
+				continue
+			}
+			if f.Start <= h.Acquired && f.End+window >= o.Acquired {
+				explained = true
+				break
+			}
+		}
+		if !explained {
+			r.violate(aReentryNoFault, h.Key, fmt.Sprintf("%s re-entered %s with token %d, a new hold: %s (token %d) was gone, and no fault between its acquisition and the re-entry explains its loss",
+				h.ID, h.Key, h.Token, o.ID, o.Token), o, h)
+		}
+	}
+}
+
+// sortedHolds returns the holds in the order of their ids.
+func sortedHolds(m map[string]*Hold) []*Hold {
+	hs := make([]*Hold, 0, len(m))
+	for _, h := range m {
+		hs = append(hs, h)
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].ID < hs[j].ID })
+	return hs
 }
 
 // checkTokens: every fresh acquisition's token is larger than the tokens of
@@ -571,19 +616,36 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 		return aOverlapUnrep
 	}
 	window := in.Life.Nanoseconds() + bound
-	first := min(a.Invoke, b.Invoke)
 	for _, f := range in.Faults {
-		if f.Err != "" || !doc[f.Kind] {
-			continue
-		}
-		if f.Kind == fClientPause && f.Proc != a.Proc && f.Proc != b.Proc {
-			continue
-		}
-		if f.Start <= b.Acquired && f.End+window >= first {
+		if f.Err == "" && doc[f.Kind] && freed(f, a, b, window) {
 			return dOverlap
 		}
 	}
 	return aOverlapUndoc
+}
+
+// freed reports whether the documented fault f can have freed the key for
+// b while a believed it held it (a acquired first): the fault took the
+// hold of one of them from the servers, and the other acquired after the
+// fault began and within window (the lease's life and the report bound) of
+// its end. For a data loss (a restart without the data or from an older
+// snapshot, a deletion) the lost hold is a's, asked for before the fault
+// ended; for a pause it is the paused process's hold, asked for before the
+// pause ended (its lease ran out while it was stopped). Any other fault,
+// or one too early or too late for the pair, explains nothing: an overlap
+// it does not explain is undocumented, whatever else happened in the run.
+func freed(f Fault, a, b *Hold, window int64) bool {
+	lost, other := a, b
+	if f.Kind == fClientPause {
+		switch f.Proc {
+		case a.Proc:
+		case b.Proc:
+			lost, other = b, a
+		default:
+			return false
+		}
+	}
+	return lost.Invoke <= f.End && other.Acquired >= f.Start && other.Acquired <= f.End+window
 }
 
 // checkLostUpdates: two successful counter writes of the same value mean
