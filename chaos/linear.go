@@ -75,10 +75,12 @@ func (r *Result) checkLinearizable(in Input) {
 	}
 	for _, key := range sortedKeys(r.byKey) {
 		var ops []porcupine.Operation
+		var of []*Hold // the hold of each operation
 		for _, h := range r.byKey[key] {
 			c := clientOf(h)
 			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Acquire: true, Hold: h.ID},
 				Call: h.Invoke, Return: h.Acquired})
+			of = append(of, h)
 			call, ret := h.Release, h.Released
 			switch rep := h.reportedAt(); {
 			case rep != 0: // lost anywhere after the request went out
@@ -93,18 +95,20 @@ func (r *Result) checkLinearizable(in Input) {
 				ret = call + 1
 			}
 			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Hold: h.ID}, Call: call, Return: ret})
+			of = append(of, h)
 		}
 		res, info := porcupine.CheckOperationsVerbose(mutexModel, ops, linearTimeout)
 		r.Linear[key] = string(res)
 		if res == porcupine.Illegal {
-			r.add(aNonLinear, 1)
+			what, hs := firstIllegal(ops, of, info)
+			what = "mutex history not linearizable: " + what
 			if in.OutDir != "" {
 				path := filepath.Join(in.OutDir, "porcupine-"+key+".html")
 				if err := porcupine.VisualizePath(mutexModel, info, path); err == nil {
-					r.Violations = append(r.Violations, Violation{Kind: aNonLinear, Key: key,
-						What: "mutex history not linearizable; visualization: " + path})
+					what += "; visualization: " + path
 				}
 			}
+			r.violate(aNonLinear, key, what, hs...)
 		}
 	}
 }
@@ -122,4 +126,76 @@ func linearSummary(m map[string]string) string {
 	}
 	sort.Strings(bad)
 	return strings.Join(bad, " ")
+}
+
+// firstIllegal narrows a non-linearizable history to the step where every
+// linearization stops: the operation that returns first among those the
+// longest partial linearization porcupine found does not contain (no order
+// of the operations before it lets it take effect by its return), the last
+// operations that linearization placed, and every operation whose interval
+// overlaps it. It describes them and returns their holds, for the
+// violation's excerpt: a person reads the few holds around the first
+// illegal step instead of the key's whole history.
+func firstIllegal(ops []porcupine.Operation, of []*Hold, info porcupine.LinearizationInfo) (string, []*Hold) {
+	var longest []int
+	for _, part := range info.PartialLinearizations() {
+		for _, seq := range part {
+			if len(seq) > len(longest) {
+				longest = seq
+			}
+		}
+	}
+	placed := make([]bool, len(ops))
+	for _, id := range longest {
+		if id >= 0 && id < len(ops) {
+			placed[id] = true
+		}
+	}
+	stuck := -1
+	for i, op := range ops {
+		if !placed[i] && (stuck < 0 || op.Return < ops[stuck].Return) {
+			stuck = i
+		}
+	}
+	if stuck < 0 {
+		return "porcupine gave no partial linearization", nil
+	}
+	s := ops[stuck]
+	describe := func(i int) string {
+		op := ops[i]
+		return fmt.Sprintf("%s [%s, %s]", mutexModel.DescribeOperation(op.Input, nil),
+			time.Duration(op.Call-s.Call).Round(time.Microsecond), time.Duration(op.Return-s.Call).Round(time.Microsecond))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "no linearization places %s (times from its call)", describe(stuck))
+	seen := map[*Hold]bool{of[stuck]: true}
+	hs := []*Hold{of[stuck]}
+	if n := len(longest); n > 0 {
+		var last []string
+		for _, id := range longest[max(n-3, 0):] {
+			last = append(last, describe(id))
+			if !seen[of[id]] {
+				seen[of[id]] = true
+				hs = append(hs, of[id])
+			}
+		}
+		fmt.Fprintf(&b, "; the longest partial linearization (%d of %d operations) ends with %s", n, len(ops), strings.Join(last, ", "))
+	}
+	var overlapping []string
+	for i, op := range ops {
+		if i != stuck && op.Call < s.Return && op.Return > s.Call {
+			overlapping = append(overlapping, describe(i))
+			if !seen[of[i]] && len(hs) < 6 {
+				seen[of[i]] = true
+				hs = append(hs, of[i])
+			}
+		}
+	}
+	if n := len(overlapping); n > 8 {
+		overlapping = append(overlapping[:8], fmt.Sprintf("and %d more", n-8))
+	}
+	if len(overlapping) > 0 {
+		fmt.Fprintf(&b, "; overlapping it: %s", strings.Join(overlapping, ", "))
+	}
+	return b.String(), hs
 }
