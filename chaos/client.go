@@ -53,6 +53,7 @@ type clientConfig struct {
 	reenter  float64       // the fraction of sections that re-enter their key (worker.reenterSection)
 	long     float64       // the fraction of sections whose work lasts longFor unless the lease is lost (worker.work)
 	longFor  time.Duration // how long a long section's work lasts
+	longKeys map[string]time.Duration // the long keys and their lease lives (longLoop)
 	ctl      string        // ids: the slot's control file (clock steps)
 	idsOut   string        // ids: the ID file
 	rate     int           // ids: IDs per second per part (0: no limit)
@@ -78,6 +79,7 @@ func parseClient(args []string) (clientConfig, error) {
 	fs.Float64Var(&c.reenter, "reenter", 0, "the fraction of critical sections that re-enter their key with a nested lock.Do")
 	fs.Float64Var(&c.long, "long", 0, "the fraction of critical sections whose work lasts -long-for, ended early only by the lease's loss")
 	fs.DurationVar(&c.longFor, "long-for", 0, "how long a long section's work lasts")
+	longKeys := fs.String("long-keys", "", "the long keys and their lease lives, as L0=500ms,L1=3s: one more worker each (longLoop)")
 	fs.StringVar(&c.ctl, "ctl", "", "ids: the slot's control file")
 	fs.StringVar(&c.idsOut, "ids", "", "ids: the ID file")
 	fs.IntVar(&c.rate, "rate", 0, "ids: IDs per second per part (0: no limit)")
@@ -87,6 +89,10 @@ func parseClient(args []string) (clientConfig, error) {
 	}
 	if *addrs != "" {
 		c.addrs = strings.Split(*addrs, ",")
+	}
+	var err error
+	if c.longKeys, err = parseKeyLives(*longKeys); err != nil {
+		return c, err
 	}
 	switch {
 	case !validBackend(c.backend):
@@ -160,8 +166,44 @@ func runClient(args []string) error {
 			w.loop(ctx)
 		}()
 	}
+	for i, key := range sortedKeys(cfg.longKeys) {
+		g := cfg.workers + i
+		wg.Add(1)
+		go func() { // owned by runClient: ends when ctx ends
+			defer wg.Done()
+			w := &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(locker), res: res,
+				rnd: rand.New(rand.NewPCG(cfg.seed, uint64(g)))}
+			w.longLoop(ctx, key, cfg.longKeys[key])
+		}()
+	}
 	wg.Wait()
 	return nil
+}
+
+// parseKeyLives parses "L0=500ms,L1=3s" ("" is none).
+func parseKeyLives(s string) (map[string]time.Duration, error) {
+	if s == "" {
+		return nil, nil
+	}
+	m := map[string]time.Duration{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		d, err := time.ParseDuration(v)
+		if !ok || k == "" || err != nil || d <= 0 {
+			return nil, fmt.Errorf("chaos client: -long-keys %q: want key=duration,...", s)
+		}
+		m[k] = d
+	}
+	return m, nil
+}
+
+// formatKeyLives is parseKeyLives' inverse.
+func formatKeyLives(m map[string]time.Duration) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, k+"="+m[k].String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // dialLocker builds the backend's Locker over cfg.addrs; for zk, ctl
@@ -222,7 +264,8 @@ type quiet struct{}
 func (quiet) Printf(string, ...any) {}
 
 type worker struct {
-	cfg    clientConfig
+	longFor time.Duration // a long key's worker (longLoop): how long its sections work
+	cfg     clientConfig
 	g      int
 	rec    *Recorder
 	locker lock.Locker
@@ -261,7 +304,7 @@ func (w *worker) loop(ctx context.Context) {
 			if err := w.section(fctx, a, key); err != nil || !reenter {
 				return err
 			}
-			return w.reenterSection(fctx, a, key, opts)
+			return w.reenterSection(fctx, a, key, opts, 0)
 		}, opts...)
 		cancel()
 		a.wait()
@@ -325,7 +368,8 @@ func (w *worker) section(ctx context.Context, a *attempt, key string) error {
 	}
 	w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Val: v, Res: "ok"})
 	// The work of the section: a fault that lands while it runs finds a holder.
-	w.work(ctx)
+	w.work(ctx, a)
+	w.checkOverdue(a)
 	w.rec.Record(Event{G: w.g, Op: opWriteInv, Key: key, Hold: a.hold, Val: v + 1})
 	err = w.res.Set(ctx, "ctr:{"+key+"}", v+1, 0).Err()
 	w.rec.Record(Event{G: w.g, Op: opWrite, Key: key, Hold: a.hold, Val: v + 1, Res: errKind(err)})
@@ -358,7 +402,7 @@ func (w *worker) fencedWrite(ctx context.Context, a *attempt, key string) error 
 // own token. On every backend the inner lease must carry the outer hold's
 // token (a re-entry), unless the outer hold was reported lost by the time
 // the inner acquisition returned (check.go, reentry-token).
-func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opts []lock.Option) error {
+func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opts []lock.Option, after time.Duration) error {
 	in := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: a.hold + reentrySuffix, owner: a.owner, outer: a}
 	err := lock.Do(ctx, in, key, func(ictx context.Context) error {
 		return w.fencedWrite(ictx, in, key)
@@ -367,7 +411,104 @@ func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opt
 	if err != nil {
 		return err
 	}
+	if after > 0 {
+		w.sleep(ctx, a, after)
+	}
 	return w.fencedWrite(ctx, a, key)
+}
+
+// longLoop is a long key's worker: lock.Do on key with the key's TTL (no
+// TTL on zk: the session), whose section works for twice life unless the
+// lease's loss ends it. The long workers of all processes contend for the
+// key, so a holder that loses its lease to a fault is followed by another
+// at once, and one that is not told of the loss (or is told late) overlaps
+// it by more than the report bound; meanwhile the holder checks that its
+// lease never believes past its own deadline (checkOverdue). Half the
+// sections (on the backends with a lease TTL) re-enter the key halfway
+// with a quarter of its TTL and work on for another life: a level never
+// shortens the hold (lock/doc.go), so the outer hold must outlive it.
+func (w *worker) longLoop(ctx context.Context, key string, life time.Duration) {
+	w.longFor = life
+	var opts, short []lock.Option
+	if w.cfg.backend != "zk" {
+		opts = append(opts, lock.WithTTL(life))
+		short = append(short, lock.WithTTL(life/4))
+	}
+	for ctx.Err() == nil {
+		owner := fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
+		w.n++
+		a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n), owner: owner}
+		actx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
+		reenter := short != nil && w.rnd.IntN(2) == 0
+		lock.Do(actx, a, key, func(fctx context.Context) error {
+			if err := w.section(fctx, a, key); err != nil {
+				return err
+			}
+			if reenter {
+				return w.reenterSection(fctx, a, key, short, life)
+			}
+			w.sleep(fctx, a, life)
+			return nil
+		}, opts...)
+		cancel()
+		a.wait()
+	}
+}
+
+// overdueSlack is how long after a lease's own deadline (Until) its holder
+// may still see Lost open: the watchdog's timer fires at the deadline and
+// its goroutine may wait for a core.
+const overdueSlack = 300 * time.Millisecond
+
+// checkOverdue records an overdue event when a's lease still believes it
+// is held overdueSlack after its own deadline and again overdueSlack of
+// running time later: watchdog/doc.go promises that Lost closes at the
+// deadline when no renewal extended it. A process stopped or starved
+// meanwhile (the wait took twice as long) proves nothing and is skipped.
+func (w *worker) checkOverdue(a *attempt) {
+	l, ok := a.lease.(lock.LeaseStatus)
+	if !ok || closed(a.lease.Lost()) {
+		return
+	}
+	u := l.Until()
+	if u.IsZero() || time.Since(u) < overdueSlack {
+		return
+	}
+	t := time.Now()
+	time.Sleep(overdueSlack)
+	if time.Since(t) > 2*overdueSlack || closed(a.lease.Lost()) || !l.Until().Equal(u) {
+		return
+	}
+	w.rec.Record(Event{G: w.g, Op: opOverdue, Key: a.key, Hold: a.hold, Token: a.lease.Token(), Val: time.Since(u).Milliseconds()})
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep works for d, ended early by ctx (the lease's loss), checking a's
+// lease every 100 ms (checkOverdue).
+func (w *worker) sleep(ctx context.Context, a *attempt, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-tick.C:
+			w.checkOverdue(a)
+		}
+	}
 }
 
 // reentrySuffix makes the hold id of a re-entry from its outer hold's.

@@ -154,6 +154,7 @@ func (e *env) spawn(s *slot) error {
 		"-session", e.cfg.session.String(), "-proc", proc, "-owners", e.cfg.owners, "-hold", e.cfg.hold.String(),
 		"-reenter", strconv.FormatFloat(e.cfg.reenter, 'g', -1, 64),
 		"-long", strconv.FormatFloat(e.cfg.long, 'g', -1, 64), "-long-for", (2 * e.cfg.life()).String(),
+		"-long-keys", formatKeyLives(e.cfg.keyLives()),
 		"-out", filepath.Join(e.dir, "hist-"+proc+".jsonl"),
 		"-seed", strconv.FormatUint(e.cfg.seed*1000+uint64(s.i*100+s.gen), 10)}
 	if e.resource != nil {
@@ -349,13 +350,12 @@ type AcceptedWrite struct {
 	Token int64  `json:"tok"`
 }
 
-// dumpResource reads the resource's state for keys k0..k(n-1).
-func dumpResource(ctx context.Context, addr string, keys int) (*Resource, error) {
+// dumpResource reads the resource's state for keys.
+func dumpResource(ctx context.Context, addr string, keys []string) (*Resource, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	r := &Resource{Accepted: map[string][]AcceptedWrite{}, Counter: map[string]int64{}}
-	for i := range keys {
-		key := fmt.Sprintf("k%d", i)
+	for _, key := range keys {
 		items, err := c.LRange(ctx, "log:{"+key+"}", 0, -1).Result()
 		if err != nil {
 			return nil, err

@@ -61,6 +61,7 @@ const (
 	opWriteInv = "writeinv"
 	opWrite    = "write"
 	opLost     = "lost"
+	opOverdue  = "overdue" // the lease's own deadline passed (Val: ms ago) and its Lost is still open (worker.checkOverdue)
 	opRelease  = "release"
 	opReleased = "released"
 	opStart    = "start" // first line of a process's history

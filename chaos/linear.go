@@ -60,7 +60,6 @@ const linearTimeout = 60 * time.Second
 // checkLinearizable checks each key's history against the mutex model,
 // and writes porcupine's visualization next to the report on a violation.
 func (r *Result) checkLinearizable(in Input) {
-	life := in.Life.Nanoseconds() + reportSlack.Nanoseconds()
 	clients := map[string]int{}
 	clientOf := func(h *Hold) int {
 		id := fmt.Sprintf("%s/%d", h.Proc, h.G)
@@ -74,6 +73,7 @@ func (r *Result) checkLinearizable(in Input) {
 		return clients[id]
 	}
 	for _, key := range sortedKeys(r.byKey) {
+		life := in.lifeOf(key).Nanoseconds() + reportSlack.Nanoseconds()
 		var ops []porcupine.Operation
 		var of []*Hold // the hold of each operation
 		for _, h := range r.byKey[key] {

@@ -573,9 +573,9 @@ func (e *env) deleteLocks(ctx context.Context, s step) (string, string, error) {
 	if e.cfg.backend == "redlock" {
 		prefix, n = redlock.DefaultPrefix, len(e.redis)/2+1
 	}
-	keys := make([]string, e.cfg.keys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%s{k%d}", prefix, i)
+	var keys []string
+	for _, k := range e.cfg.keyNames() {
+		keys = append(keys, prefix+"{"+k+"}")
 	}
 	var targets []string
 	var clients []redis.UniversalClient

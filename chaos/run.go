@@ -35,6 +35,56 @@ type runConfig struct {
 	contend bool                     // ids: the contention mode (ids.go)
 	reenter float64                  // the fraction of sections that re-enter their key (client.go)
 	long    float64                  // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
+	// longKeys: each client process runs one more worker per long key
+	// (longKeyLives), whose sections work for twice the key's lease life
+	// unless the lease's loss ends them first (client.go, longLoop).
+	longKeys bool
+}
+
+// longKeyLives are the long keys of backend and their lease lives. L0's
+// TTL is half the profile's, so that a fault isolating its holder for a
+// second or two outlasts the lease (a holder that ignores its own
+// deadline then believes past it); L1's is three times it, so that a loss
+// reported at the lease's deadline instead of at the next renewal (TTL/3)
+// comes later than the report bound. zk has no per-lock TTL: its long key
+// lives by the session. Other backends have none.
+func longKeyLives(backend string, ttl, session time.Duration) map[string]time.Duration {
+	switch backend {
+	case "lock", "fair", "redlock":
+		return map[string]time.Duration{"L0": ttl / 2, "L1": 3 * ttl}
+	case "zk":
+		return map[string]time.Duration{"L0": max(session, ttl)}
+	}
+	return nil
+}
+
+// keyLives is c's long keys and their lives, or nil without long keys.
+func (c runConfig) keyLives() map[string]time.Duration {
+	if !c.longKeys {
+		return nil
+	}
+	return longKeyLives(c.backend, c.ttl, c.session)
+}
+
+// maxLife is the longest lease life of any key of c.
+func (c runConfig) maxLife() time.Duration {
+	l := c.life()
+	for _, d := range c.keyLives() {
+		l = max(l, d)
+	}
+	return l
+}
+
+// keyNames is every key c's clients take: the hot keys, then the long keys.
+func (c runConfig) keyNames() []string {
+	var ks []string
+	for i := range c.keys {
+		ks = append(ks, fmt.Sprintf("k%d", i))
+	}
+	for _, k := range sortedKeys(c.keyLives()) {
+		ks = append(ks, k)
+	}
+	return ks
 }
 
 // durFor is the load phase of backend b: flag (if set), the profile's
@@ -62,7 +112,7 @@ var profiles = map[string]runConfig{
 		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
 		// zk: 5 s more for zk-notify-partition (about 3.6 s) beside its 7 other kinds.
 		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second}, idRate: 20_000,
-		reenter: 0.1},
+		reenter: 0.1, longKeys: true},
 	"long": {quiet: 5 * time.Second, procs: 4, workers: 4, keys: 6, hold: time.Millisecond,
 		// 100 faults per backend (the figure asked for is 50 of mixed
 		// kinds): back to back they take most of a zk or redlock run, and
@@ -73,7 +123,7 @@ var profiles = map[string]runConfig{
 		// 212, zk 165 with 150 faults), for at least 100,000 sections each.
 		durs: map[string]time.Duration{"lock": 210 * time.Second, "fair": 280 * time.Second,
 			"redlock": 480 * time.Second, "zk": 580 * time.Second, "ids": 60 * time.Second},
-		idRate: 40_000, reenter: 0.05},
+		idRate: 40_000, reenter: 0.05, longKeys: true},
 }
 
 var allBackends = []string{"lock", "fair", "redlock", "zk", "ids"}
@@ -96,6 +146,7 @@ func runMain(args []string) (int, error) {
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default: every kind of each backend)")
 	reenter := fs.Float64("reenter", -1, "the fraction of critical sections that re-enter their key with a nested lock.Do (-1: the profile's)")
 	long := fs.Float64("long", 0, "the fraction of critical sections whose work lasts twice the TTL (or the session), ended early only by the lease's loss: a holder that is never told of a loss then outlives the report bound (0: none, as in the profiles)")
+	longKeys := fs.String("long-keys", "", "on or off: the long keys' workers (default: the profile's; client.go's longLoop)")
 	contend := fs.Bool("ids-contend", false, "ids: contention mode: the processes contend for procs-1 worker IDs per part, their clocks differ by up to 4 ms, a released ID is retaken at once while its old generators draw at full speed")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -117,6 +168,13 @@ func runMain(args []string) (int, error) {
 		return 2, fmt.Errorf("-long %v: want a fraction from 0 to 1", *long)
 	}
 	base.long = *long
+	switch *longKeys {
+	case "":
+	case "on", "off":
+		base.longKeys = *longKeys == "on"
+	default:
+		return 2, fmt.Errorf("-long-keys %q: want on or off", *longKeys)
+	}
 	if *procs > 0 {
 		base.procs = *procs
 	}
@@ -183,7 +241,7 @@ func runMain(args []string) (int, error) {
 		if b != "ids" {
 			// The quiet period outlasts the docs' liveness bound, the load
 			// phase grown by as much, so the faults keep their window.
-			q := max(cfg.quiet, livenessBound(b, cfg.life())+time.Second)
+			q := max(cfg.quiet, livenessBound(b, cfg.maxLife())+time.Second)
 			cfg.dur += q - cfg.quiet
 			cfg.quiet = q
 		}
@@ -210,6 +268,7 @@ type runMeta struct {
 	Backend  string         `json:"backend"`
 	Seed     uint64         `json:"seed"`
 	Life     time.Duration  `json:"life"`
+	KeyLife  map[string]time.Duration `json:"key_life,omitempty"` // keys whose lease life is not Life (the long keys)
 	Duration time.Duration  `json:"duration"`
 	HealedAt int64          `json:"healed_at"`
 	StopAt   int64          `json:"stop_at"`
@@ -225,7 +284,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		return nil, err
 	}
 	steps := plan(cfg)
-	meta := runMeta{Backend: cfg.backend, Seed: cfg.seed, Life: cfg.life(), Duration: cfg.dur}
+	meta := runMeta{Backend: cfg.backend, Seed: cfg.seed, Life: cfg.life(), KeyLife: cfg.keyLives(), Duration: cfg.dur}
 	for _, s := range steps {
 		meta.Plan = append(meta.Plan, fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur))
 	}
@@ -265,7 +324,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		if e.resource == nil {
 			return nil
 		}
-		res, err := dumpResource(context.Background(), e.resource.Addr(), cfg.keys)
+		res, err := dumpResource(context.Background(), e.resource.Addr(), cfg.keyNames())
 		if err != nil {
 			return err
 		}
@@ -305,7 +364,7 @@ func checkDir(dir string) (*Report, error) {
 		return nil, err
 	}
 	t := time.Now()
-	r := Check(Input{Backend: meta.Backend, Life: meta.Life, Events: evs, Faults: faults, Resource: &res,
+	r := Check(Input{Backend: meta.Backend, Life: meta.Life, KeyLife: meta.KeyLife, Events: evs, Faults: faults, Resource: &res,
 		HealedAt: meta.HealedAt, StopAt: meta.StopAt, OutDir: dir})
 	rep := newReport(meta, r, time.Since(t))
 	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {

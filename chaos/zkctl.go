@@ -114,7 +114,11 @@ func (c *zkControl) watch(ctx context.Context, conn *zk.Conn, path string) {
 // for one (it ends early when ctx does, as a holder's work should once its
 // lease is lost, or when the nemesis says so), or a random time up to
 // cfg.hold.
-func (w *worker) work(ctx context.Context) {
+func (w *worker) work(ctx context.Context, a *attempt) {
+	if w.longFor > 0 { // a long key's worker (longLoop)
+		w.sleep(ctx, a, w.longFor)
+		return
+	}
 	if d, end := w.ctl.take(); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -130,12 +134,7 @@ func (w *worker) work(ctx context.Context) {
 	// unless the lease's loss ends it, so a holder never told of a loss
 	// overlaps the next holder by more than the checker excuses.
 	if w.cfg.long > 0 && w.rnd.Float64() < w.cfg.long {
-		t := time.NewTimer(w.cfg.longFor)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
+		w.sleep(ctx, a, w.cfg.longFor)
 		return
 	}
 	time.Sleep(time.Duration(w.rnd.Int64N(int64(w.cfg.hold) + 1)))
