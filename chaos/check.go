@@ -96,7 +96,7 @@ func (h *Hold) ownEnd() int64 {
 // Input to the checkers.
 type Input struct {
 	Backend  string
-	Life     time.Duration // TTL, or the ZooKeeper session timeout
+	Life     time.Duration            // TTL, or the ZooKeeper session timeout
 	KeyLife  map[string]time.Duration // keys whose lease life is not Life (the long keys)
 	Events   []Event
 	Faults   []Fault

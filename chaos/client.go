@@ -48,16 +48,16 @@ type clientConfig struct {
 	proc     string
 	zkRoot   string
 	seed     uint64
-	owners   string        // "call": a new owner per lock.Do; "goroutine": one per goroutine
-	hold     time.Duration // a section sleeps up to this between its read and its write
-	reenter  float64       // the fraction of sections that re-enter their key (worker.reenterSection)
-	long     float64       // the fraction of sections whose work lasts longFor unless the lease is lost (worker.work)
-	longFor  time.Duration // how long a long section's work lasts
+	owners   string                   // "call": a new owner per lock.Do; "goroutine": one per goroutine
+	hold     time.Duration            // a section sleeps up to this between its read and its write
+	reenter  float64                  // the fraction of sections that re-enter their key (worker.reenterSection)
+	long     float64                  // the fraction of sections whose work lasts longFor unless the lease is lost (worker.work)
+	longFor  time.Duration            // how long a long section's work lasts
 	longKeys map[string]time.Duration // the long keys and their lease lives (longLoop)
-	ctl      string        // ids: the slot's control file (clock steps)
-	idsOut   string        // ids: the ID file
-	rate     int           // ids: IDs per second per part (0: no limit)
-	idMax    int           // ids: the highest worker ID (-1: the leasers' default); see ids.go's contention mode
+	ctl      string                   // ids: the slot's control file (clock steps)
+	idsOut   string                   // ids: the ID file
+	rate     int                      // ids: IDs per second per part (0: no limit)
+	idMax    int                      // ids: the highest worker ID (-1: the leasers' default); see ids.go's contention mode
 }
 
 func parseClient(args []string) (clientConfig, error) {
@@ -266,13 +266,13 @@ func (quiet) Printf(string, ...any) {}
 type worker struct {
 	longFor time.Duration // a long key's worker (longLoop): how long its sections work
 	cfg     clientConfig
-	g      int
-	rec    *Recorder
-	locker lock.Locker
-	res    *redis.Client
-	rnd    *rand.Rand
-	n      int
-	ctl    *zkControl // zk: slow sections the nemesis asks for; nil otherwise
+	g       int
+	rec     *Recorder
+	locker  lock.Locker
+	res     *redis.Client
+	rnd     *rand.Rand
+	n       int
+	ctl     *zkControl // zk: slow sections the nemesis asks for; nil otherwise
 }
 
 // obtainTimeout bounds each lock.Do's wait for the lock.

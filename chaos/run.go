@@ -265,17 +265,17 @@ func runMain(args []string) (int, error) {
 
 // runMeta is what a run stores for a later "chaos check".
 type runMeta struct {
-	Backend  string         `json:"backend"`
-	Seed     uint64         `json:"seed"`
-	Life     time.Duration  `json:"life"`
+	Backend  string                   `json:"backend"`
+	Seed     uint64                   `json:"seed"`
+	Life     time.Duration            `json:"life"`
 	KeyLife  map[string]time.Duration `json:"key_life,omitempty"` // keys whose lease life is not Life (the long keys)
-	Duration time.Duration  `json:"duration"`
-	HealedAt int64          `json:"healed_at"`
-	StopAt   int64          `json:"stop_at"`
-	Faults   map[string]int `json:"faults"`
-	Missing  []string       `json:"missing_faults,omitempty"` // kinds of the backend not injected before the load phase ended
-	Plan     []string       `json:"plan"`
-	Mode     string         `json:"mode,omitempty"` // ids: "contend" in the contention mode
+	Duration time.Duration            `json:"duration"`
+	HealedAt int64                    `json:"healed_at"`
+	StopAt   int64                    `json:"stop_at"`
+	Faults   map[string]int           `json:"faults"`
+	Missing  []string                 `json:"missing_faults,omitempty"` // kinds of the backend not injected before the load phase ended
+	Plan     []string                 `json:"plan"`
+	Mode     string                   `json:"mode,omitempty"` // ids: "contend" in the contention mode
 }
 
 // runOne runs cfg in dir and checks it.
