@@ -130,6 +130,7 @@ const (
 	aReentryToken   = "reentry-token"
 	aReentryNoFault = "reentry-new-hold-unexplained"
 	aOverdue        = "held-past-deadline"
+	aUnfair         = "fair-order-broken"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -164,6 +165,7 @@ type Result struct {
 	byKey      map[string][]*Hold    // acquired holds per key, by Acquired
 	pauses     map[string][][2]int64 // client pauses per process
 	procEnd    map[string]int64      // last event (or kill) per process
+	procStart  map[string]int64      // start event per process
 }
 
 func (r *Result) add(kind string, n int) { r.Anomalies[kind] += n }
@@ -286,7 +288,7 @@ func trimExcerpt(evs []Event, hs []*Hold) ([]Event, int) {
 func Check(in Input) *Result {
 	r := &Result{Anomalies: map[string]int{}, Documented: map[string]int{}, Info: map[string]int64{},
 		Linear: map[string]string{}, holds: map[string]*Hold{}, byKey: map[string][]*Hold{},
-		pauses: map[string][][2]int64{}, procEnd: map[string]int64{}}
+		pauses: map[string][][2]int64{}, procEnd: map[string]int64{}, procStart: map[string]int64{}}
 	r.build(in)
 	r.checkTokens()
 	r.checkReentries(in)
@@ -295,6 +297,9 @@ func Check(in Input) *Result {
 	r.checkLostUpdates(in, pairs)
 	r.checkLinearizable(in)
 	r.checkLiveness(in)
+	if in.Backend == "fair" {
+		r.checkFairness(in)
+	}
 	return r
 }
 
@@ -303,6 +308,9 @@ func (r *Result) build(in Input) {
 	for _, e := range in.Events {
 		procs[e.Proc] = true
 		r.procEnd[e.Proc] = max(r.procEnd[e.Proc], e.Mono)
+		if e.Op == opStart {
+			r.procStart[e.Proc] = e.Mono
+		}
 		if e.Hold == "" {
 			continue
 		}
@@ -448,6 +456,74 @@ func (r *Result) checkReentries(in Input) {
 		if !explained {
 			r.violate(aReentryNoFault, h.Key, fmt.Sprintf("%s re-entered %s with token %d, a new hold: %s (token %d) was gone, and no fault between its acquisition and the re-entry explains its loss",
 				h.ID, h.Key, h.Token, o.ID, o.Token), o, h)
+		}
+	}
+}
+
+// fairSlack is how much earlier than another a waiter must have asked for
+// a key before the fair lock must serve it first: the time its request
+// can take to reach Redis on a loaded host.
+const fairSlack = 200 * time.Millisecond
+
+// fairWarmup: a request in a process's first fairWarmup is not judged by
+// checkFairness: its first commands dial Redis and load the scripts, and a
+// long fair run on a loaded host saw a new process's first request reach
+// Redis more than 338 ms after a later one of another of its goroutines
+// that already had a connection.
+const fairWarmup = 2 * time.Second
+
+// checkFairness: on the fair lock, a waiter that asked for a key
+// fairSlack before another is served first (lock/doc.go WithFair: FIFO,
+// no barging ahead of the live queue head): a later hold that began and
+// ended while the earlier waiter was still waiting is an anomaly, unless
+// a fault may have dropped the earlier waiter from the queue (any fault
+// of its process or of the servers from its request until it was served
+// or gave up, or within a lease's life before: a waiter that does not
+// call again within its bound is skipped). Re-entries never queue.
+func (r *Result) checkFairness(in Input) {
+	byKey := map[string][]*Hold{}
+	for _, h := range r.holds {
+		if h.Outer == "" && h.invoked {
+			byKey[h.Key] = append(byKey[h.Key], h)
+		}
+	}
+	slack := fairSlack.Nanoseconds()
+	for _, key := range sortedKeys(byKey) {
+		hs := byKey[key]
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Invoke < hs[j].Invoke })
+		life := in.lifeOf(key).Nanoseconds()
+		for i, x := range hs {
+			if x.Invoke < r.procStart[x.Proc]+fairWarmup.Nanoseconds() {
+				continue
+			}
+			// served: when x stopped waiting (acquired, or gave up).
+			served := x.Acquired
+			if served == 0 {
+				served = x.Last
+			}
+			faulted := false
+			for _, f := range in.Faults {
+				if f.Err == "" && (f.Proc == "" || f.Proc == x.Proc) && f.Start <= served && f.End+life >= x.Invoke {
+					faulted = true
+					break
+				}
+			}
+			if faulted {
+				continue
+			}
+			for _, y := range hs[i+1:] {
+				if y.Invoke > served {
+					break
+				}
+				if y.Invoke < x.Invoke+slack || y.Acquired == 0 || y.Proc == x.Proc && y.G == x.G {
+					continue
+				}
+				if end := y.end(); end < served {
+					r.violate(aUnfair, key, fmt.Sprintf("%s asked for %s %v before %s, yet %s held it and let go while %s still waited",
+						x.ID, key, time.Duration(y.Invoke-x.Invoke).Round(time.Millisecond), y.ID, y.ID, x.ID), x, y)
+					break
+				}
+			}
 		}
 	}
 }

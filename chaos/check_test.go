@@ -30,6 +30,18 @@ func (h *hist) section(t, end int64, proc, key, hold string, tok int64, v int64,
 	h.add(end+1, proc, opReleased, key, hold, tok, relRes, 0)
 }
 
+// waiting adds a lock.Do that asked at inv and acquired at acq: section's
+// events from acq, its invocation at inv.
+func (h *hist) waiting(inv, acq, end int64, proc, key, hold string, tok, v int64) {
+	h.section(acq-1, end, proc, key, hold, tok, v, "ok")
+	for i := len(h.evs) - 1; i >= 0; i-- {
+		if h.evs[i].Hold == hold && h.evs[i].Op == opInvoke {
+			h.evs[i].Mono, h.evs[i].Wall = inv*1e6, inv*1e6
+			break
+		}
+	}
+}
+
 // reentry adds a nested lock.Do of outer's section: invoke at t, acquired
 // at t+1 with tok, a fenced write, release at end.
 func (h *hist) reentry(t, end int64, proc, key, outer string, tok int64, casRes string) {
@@ -245,6 +257,24 @@ func TestCheck(t *testing.T) {
 			{Kind: fClientPause, Proc: "b", Start: ms(4990), End: ms(6000)}},
 			accepted: []AcceptedWrite{{"a/0/1", 100}}, anomalies: []string{aReentryNoFault},
 			info: map[string]int64{iReentryNew: 1}},
+		{name: "fair: a later waiter served first", backend: "fair", build: func(h *hist) {
+			// Mutant 09: b asked 500 ms after a, took the key when h let
+			// go, and let go before a was served.
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 4020, 4030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 1)
+		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, anomalies: []string{aUnfair}},
+		{name: "fair: served in order", backend: "fair", build: func(h *hist) {
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 4002, 4010, "a", "k0", "a/0/1", 101, 1)
+			h.waiting(3600, 4020, 4030, "b", "k0", "b/0/1", 102, 2)
+		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"a/0/1", 101}, {"b/0/1", 102}}},
+		{name: "fair: a waiter whose process was stopped may lose its turn", backend: "fair", build: func(h *hist) {
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 4020, 4030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 1)
+		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(3200), End: ms(3900)}},
+			accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
 		}, accepted: []AcceptedWrite{{"x/0/1", 100}}, anomalies: []string{aUnknownWriter}},
