@@ -824,7 +824,7 @@ func (r *Result) checkLiveness(in Input) {
 		worst = max(worst, gap)
 		b := livenessBound(in.Backend, in.lifeOf(key)).Nanoseconds()
 		if _, long := in.KeyLife[key]; long {
-			b += 2 * in.lifeOf(key).Nanoseconds() // a long key's section works that long
+			b += longSection(in.lifeOf(key)).Nanoseconds() // a long key's section works that long
 		}
 		if gap > b {
 			r.violate(aLiveness, key, fmt.Sprintf("%s went %v without an acquisition after the faults healed; the docs bound it by %v",

@@ -418,8 +418,8 @@ func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opt
 }
 
 // longLoop is a long key's worker: lock.Do on key with the key's TTL (no
-// TTL on zk: the session), whose section works for twice life unless the
-// lease's loss ends it. The long workers of all processes contend for the
+// TTL on zk: the session), whose section works for longSection(life)
+// unless the lease's loss ends it. The long workers of all processes contend for the
 // key, so a holder that loses its lease to a fault is followed by another
 // at once, and one that is not told of the loss (or is told late) overlaps
 // it by more than the report bound; meanwhile the holder checks that its
@@ -444,16 +444,23 @@ func (w *worker) longLoop(ctx context.Context, key string, life time.Duration) {
 			if err := w.section(fctx, a, key); err != nil {
 				return err
 			}
-			if reenter {
-				return w.reenterSection(fctx, a, key, short, life)
+			if rest := longSection(life) - life; reenter {
+				return w.reenterSection(fctx, a, key, short, rest)
+			} else {
+				w.sleep(fctx, a, rest)
 			}
-			w.sleep(fctx, a, life)
 			return nil
 		}, opts...)
 		cancel()
 		a.wait()
 	}
 }
+
+// longSection is how long a long key's section works, for a key whose
+// lease lives life: twice that, and at least life + 2 s, so that a holder
+// isolated for a second or two past its deadline is still working when
+// checkOverdue looks (2 × overdueSlack after the deadline).
+func longSection(life time.Duration) time.Duration { return life + max(life, 2*time.Second) }
 
 // overdueSlack is how long after a lease's own deadline (Until) its holder
 // may still see Lost open: the watchdog's timer fires at the deadline and
