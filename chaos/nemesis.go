@@ -407,6 +407,22 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 	return f
 }
 
+// finalKill kills a client process while it holds a lock (waiting up to a
+// second for one to), as the last fault of a schedule; the process is
+// replaced at once, like client-kill's.
+func (e *env) finalKill(seed uint64) Fault {
+	sl := e.slots[int(seed)%len(e.slots)]
+	_, _, proc := sl.current()
+	e.waitHolding(context.Background(), proc, time.Second)
+	f := Fault{Kind: fClientKill, Target: proc, Proc: proc, Start: monoNow(), Wall: time.Now().UnixNano(), Detail: "final"}
+	sl.kill()
+	f.End = monoNow()
+	if err := e.spawn(sl); err != nil {
+		f.Err = err.Error()
+	}
+	return f
+}
+
 // setClock sets the clock offset of slot s's processes (ids.go's control
 // file) to off ns from the slot's skew.
 func (e *env) setClock(s *slot, off int64) error {

@@ -331,6 +331,17 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
+		if cfg.backend != "ids" {
+			// The schedule ends with a holder killed: the quiet period
+			// then shows that a vanished holder frees its keys within the
+			// docs' bound, whatever faults came before (a later wipe would
+			// otherwise hide a hold that never expires).
+			f := e.finalKill(cfg.seed)
+			e.faults.add(f)
+			if f.Err == "" {
+				meta.Faults[f.Kind]++
+			}
+		}
 		for _, k := range cfg.faultKinds() {
 			if meta.Faults[k] == 0 {
 				meta.Missing = append(meta.Missing, k)
