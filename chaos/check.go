@@ -164,6 +164,10 @@ type Result struct {
 	holds      map[string]*Hold      // by id
 	byKey      map[string][]*Hold    // acquired holds per key, by Acquired
 	pauses     map[string][][2]int64 // client pauses per process
+	// stalls: when a process could not reach the servers (its connections
+	// black-holed, per process) or the servers could not answer (paused,
+	// a Redlock majority down: "" for every process).
+	stalls map[string][][2]int64
 	procEnd    map[string]int64      // last event (or kill) per process
 	procStart  map[string]int64      // start event per process
 }
@@ -288,7 +292,7 @@ func trimExcerpt(evs []Event, hs []*Hold) ([]Event, int) {
 func Check(in Input) *Result {
 	r := &Result{Anomalies: map[string]int{}, Documented: map[string]int{}, Info: map[string]int64{},
 		Linear: map[string]string{}, holds: map[string]*Hold{}, byKey: map[string][]*Hold{},
-		pauses: map[string][][2]int64{}, procEnd: map[string]int64{}, procStart: map[string]int64{}}
+		pauses: map[string][][2]int64{}, stalls: map[string][][2]int64{}, procEnd: map[string]int64{}, procStart: map[string]int64{}}
 	r.build(in)
 	r.checkTokens()
 	r.checkReentries(in)
@@ -360,7 +364,16 @@ func (r *Result) build(in Input) {
 	}
 	r.Procs = len(procs)
 	for _, f := range in.Faults {
-		if f.Err != "" || f.Proc == "" {
+		if f.Err != "" {
+			continue
+		}
+		switch f.Kind {
+		case fServerPause, fMajorityRestart:
+			r.stalls[""] = append(r.stalls[""], [2]int64{f.Start, f.End})
+		case fProxyBlackhole, fZKExpire:
+			r.stalls[f.Proc] = append(r.stalls[f.Proc], [2]int64{f.Start, f.End})
+		}
+		if f.Proc == "" {
 			continue
 		}
 		switch f.Kind {
@@ -685,10 +698,16 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 			continue
 		}
 		from := b.Acquired
-		for _, p := range r.pauses[h.Proc] {
-			// The holder could not learn anything while stopped. The
-			// pause's end is stamped after SIGCONT returned, so the
-			// holder may report before it.
+		// The holder could not learn anything while stopped, nor while
+		// its renewals could not reach a server or get an answer (the
+		// docs' "next renewal" is the next one that gets through, the
+		// deadline at the latest; a fault that deleted its hold and one
+		// that cut it off can come together). The pause's end is
+		// stamped after SIGCONT returned, so the holder may report
+		// before it.
+		stops := append(append(append([][2]int64(nil), r.pauses[h.Proc]...), r.stalls[h.Proc]...), r.stalls[""]...)
+		sort.Slice(stops, func(i, j int) bool { return stops[i][0] < stops[j][0] })
+		for _, p := range stops {
 			if p[0] <= rep && p[1] > from {
 				from = max(from, min(p[1], rep))
 			}

@@ -275,6 +275,26 @@ func TestCheck(t *testing.T) {
 			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 1)
 		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(3200), End: ms(3900)}},
 			accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}},
+		{name: "a deleted hold whose holder was cut off is reported when it gets through", backend: "lock", build: func(h *hist) {
+			// The hold is deleted, another takes the key, and the old
+			// holder's next renewal cannot reach Redis until its black
+			// hole ends (combined faults); it learns 2 s after the other
+			// acquired, but 100 ms after it could.
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(200, 210, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(2200, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(100), End: ms(150)},
+			{Kind: fProxyBlackhole, Proc: "a", Start: ms(300), End: ms(2100)}},
+			accepted: []AcceptedWrite{{"b/0/1", 101}}, documented: []string{dOverlap}},
+		{name: "a deleted hold reported 2 s late with no stall", backend: "lock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(200, 210, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(2200, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(100), End: ms(150)},
+			{Kind: fProxyBlackhole, Proc: "b", Start: ms(300), End: ms(2100)}},
+			accepted: []AcceptedWrite{{"b/0/1", 101}}, anomalies: []string{aOverlapUnrep}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
 		}, accepted: []AcceptedWrite{{"x/0/1", 100}}, anomalies: []string{aUnknownWriter}},

@@ -136,6 +136,41 @@ type step struct {
 	Target int           // slot or server index
 	Dur    time.Duration // how long the fault lasts
 	Step   time.Duration // clock-step: the step, negative for back
+	// With: the next step starts while this one still runs (after the
+	// next step's gap), so that the two faults act at once (combine).
+	With bool
+}
+
+// clientFault reports whether kind acts on one client process (the others
+// act on servers).
+func clientFault(kind string) bool {
+	switch kind {
+	case fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fZKExpire, fZKNotifyPart, fClockStep:
+		return true
+	}
+	return false
+}
+
+// combineRate is the fraction of steps that run alongside the next one.
+const combineRate = 0.25
+
+// combine marks steps that run alongside the next one (With), drawn from a
+// stream of their own so that the steps themselves stay what the seed drew
+// before: a client fault with a server fault, or two client faults on
+// different processes (a process killed and paused at once, or a server
+// restarted while paused, would only test the nemesis). Jepsen combines
+// faults; some promises break only so (a worker ID handed over while the
+// new holder's clock steps back).
+func combine(seed uint64, steps []step) {
+	rnd := rand.New(rand.NewPCG(seed, 0x636f6d62))
+	for i := 0; i+1 < len(steps); i++ {
+		a, b := steps[i], steps[i+1]
+		ok := clientFault(a.Kind) != clientFault(b.Kind) || clientFault(a.Kind) && a.Target != b.Target
+		if rnd.Float64() < combineRate && ok {
+			steps[i].With = true
+			i++ // at most two at once
+		}
+	}
 }
 
 // plan draws n steps: every kind of the backend once (in a seeded order),
@@ -209,6 +244,7 @@ func plan(cfg runConfig) []step {
 		}
 		steps = append(steps, s)
 	}
+	combine(cfg.seed, steps)
 	return steps
 }
 
@@ -226,23 +262,42 @@ func serverCount(backend string) int {
 // is healed before the next one starts. It returns the faults applied.
 func (e *env) runNemesis(ctx context.Context, steps []step) map[string]int {
 	count := map[string]int{}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for _, s := range steps {
-		timer.Reset(s.Gap)
-		select {
-		case <-ctx.Done():
-			return count
-		case <-timer.C:
-		}
+	var mu sync.Mutex // protects count
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	run := func(s step) {
 		f := e.apply(ctx, s)
 		e.faults.add(f)
+		mu.Lock()
+		defer mu.Unlock()
 		if f.Err == "" {
 			count[f.Kind]++
 		} else {
 			fmt.Fprintf(os.Stderr, "chaos: %s %s: %s\n", f.Kind, f.Target, f.Err)
 		}
 	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for _, s := range steps {
+		timer.Reset(s.Gap)
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return count
+		case <-timer.C:
+		}
+		if s.With { // the next step starts while this one runs
+			wg.Add(1)
+			go func() { // owned by runNemesis: waited for before it returns
+				defer wg.Done()
+				run(s)
+			}()
+			continue
+		}
+		run(s)
+		wg.Wait() // a combined pair ends before the next step's gap begins
+	}
+	wg.Wait()
 	return count
 }
 

@@ -308,7 +308,11 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 	steps := plan(cfg)
 	meta := runMeta{Backend: cfg.backend, Seed: cfg.seed, Life: cfg.life(), KeyLife: cfg.keyLives(), Duration: cfg.dur}
 	for _, s := range steps {
-		meta.Plan = append(meta.Plan, fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur))
+		p := fmt.Sprintf("+%v %s #%d %v", s.Gap, s.Kind, s.Target, s.Dur)
+		if s.With {
+			p += " (with the next)"
+		}
+		meta.Plan = append(meta.Plan, p)
 	}
 	fmt.Printf("chaos: %s seed %d: %d faults planned\n", cfg.backend, cfg.seed, len(steps))
 	if cfg.backend == "ids" && cfg.contend {

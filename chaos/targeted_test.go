@@ -85,7 +85,7 @@ func TestHeldSince(t *testing.T) {
 // TestClockSkews: seeded, within 0..4 ms, only in the ids contention mode.
 func TestClockSkews(t *testing.T) {
 	cfg := profiles["short"]
-	cfg.backend, cfg.seed = "ids", 7
+	cfg.backend, cfg.seed, cfg.contend = "ids", 7, false
 	if s := clockSkews(cfg); s != nil {
 		t.Fatalf("skews outside the contention mode: %v", s)
 	}
@@ -112,6 +112,38 @@ func TestPlanKinds(t *testing.T) {
 		}
 		if s.Dur < cfg.session/2 || s.Dur > cfg.session*3/5 || s.Target < 0 || s.Target >= cfg.procs {
 			t.Fatalf("step %+v", s)
+		}
+	}
+}
+
+// TestCombine: a quarter of the steps (about) run with the next one, never
+// two faults on one client process nor two on the servers, at most two at
+// once, and the steps themselves stay what the seed drew.
+func TestCombine(t *testing.T) {
+	cfg := profiles["long"]
+	cfg.backend, cfg.seed = "lock", 3
+	steps := plan(cfg)
+	with := 0
+	for i, s := range steps {
+		if !s.With {
+			continue
+		}
+		with++
+		n := steps[i+1]
+		if n.With {
+			t.Fatalf("steps %d and %d both run with the next: three at once", i, i+1)
+		}
+		if clientFault(s.Kind) == clientFault(n.Kind) && (!clientFault(s.Kind) || s.Target == n.Target) {
+			t.Fatalf("step %d (%s #%d) combined with %s #%d", i, s.Kind, s.Target, n.Kind, n.Target)
+		}
+	}
+	if with < len(steps)/10 || with > len(steps)/3 {
+		t.Fatalf("%d of %d steps combined, want about a quarter", with, len(steps))
+	}
+	again := plan(cfg)
+	for i := range steps {
+		if steps[i] != again[i] {
+			t.Fatalf("step %d differs between two plans of one seed", i)
 		}
 	}
 }
