@@ -167,9 +167,9 @@ type Result struct {
 	// stalls: when a process could not reach the servers (its connections
 	// black-holed, per process) or the servers could not answer (paused,
 	// a Redlock majority down: "" for every process).
-	stalls map[string][][2]int64
-	procEnd    map[string]int64      // last event (or kill) per process
-	procStart  map[string]int64      // start event per process
+	stalls    map[string][][2]int64
+	procEnd   map[string]int64 // last event (or kill) per process
+	procStart map[string]int64 // start event per process
 }
 
 func (r *Result) add(kind string, n int) { r.Anomalies[kind] += n }

@@ -36,8 +36,8 @@ type runConfig struct {
 	// contendToo: ids runs twice, in the normal mode and then in the
 	// contention mode (output in ids and ids-contend).
 	contendToo bool
-	reenter float64                  // the fraction of sections that re-enter their key (client.go)
-	long    float64                  // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
+	reenter    float64 // the fraction of sections that re-enter their key (client.go)
+	long       float64 // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
 	// longKeys: each client process runs one more worker per long key
 	// (longKeyLives), whose sections work for twice the key's lease life
 	// unless the lease's loss ends them first (client.go, longLoop).
