@@ -9,8 +9,14 @@ GO ?= go
 deps:
 	./scripts/deps.sh
 
+# Modules of their own beside the root (the library): the CLI and the
+# example programs, which need more than the library's dependencies
+# (client_golang, SQL drivers). test and vet cover them too.
+MODULES := cmd/coordctl examples
+
 vet:
 	$(GO) vet ./...
+	set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
 # Each step runs even if an earlier one failed; scripts/test.sh ends with a
 # summary and fails if any step did.
@@ -40,12 +46,13 @@ chaos: deps
 	cd chaos && $(GO) run . -profile long -seed $(CHAOS_SEED)
 
 # The main job on a fresh machine: the ticket-stock race under every strategy
-# and the withdrawal flow. Each example starts the servers it needs on
+# and the withdrawal flow (examples/ is a module of its own: it needs the SQL
+# drivers that the library leaves to its users). Each example starts the servers it needs on
 # loopback ports in a temporary directory and stops them when it ends.
 demo: deps
-	$(GO) run ./examples/tickets
+	cd examples && $(GO) run ./tickets
 	@echo
-	$(GO) run ./examples/withdrawal
+	cd examples && $(GO) run ./withdrawal
 
 # coordkit against its peer libraries, every suite, medians of 3 rounds of
 # 2 s; bench/ has its own go.mod. Takes a while: not part of test or demo.

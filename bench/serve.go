@@ -39,8 +39,10 @@ func runServe(env *Env) error {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "coordctl")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/coordctl")
-	build.Dir = ".."
+	// cmd/coordctl is a module of its own (its go.mod replaces coordkit
+	// with this checkout): build it from its directory.
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join("..", "cmd", "coordctl")
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build coordctl: %v\n%s", err, out)
 	}

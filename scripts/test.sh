@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test's steps after deps and vet: every package's tests with the race
-# detector, the adapters (contrib), the chaos checker's short profile. Each
+# detector (the root module, then cmd/coordctl and examples/, modules of
+# their own), the adapters (contrib), the chaos checker's short profile. Each
 # step runs even when an earlier one failed; the script ends with one
 # summary (packages passed and failed, which failed, the chaos verdict, the
 # time each step took) and exits non-zero if anything failed.
@@ -30,7 +31,17 @@ step() { # step NAME COMMAND...: runs it, records its verdict and time
 gotest() {
 	$GO test -race -count=1 -p 3 -timeout 20m ./... 2>&1 | tee "$log"
 }
+# cmd/coordctl and examples/ are modules of their own: their packages go
+# into the same log, and so into the summary's counts.
+modtest() {
+	local rc=0 m
+	for m in cmd/coordctl examples; do
+		(cd "$m" && $GO test -race -count=1 -timeout 20m ./...) 2>&1 | tee -a "$log" || rc=1
+	done
+	return $rc
+}
 step "go test ./... (race)" gotest
+step "go test cmd/coordctl examples (race)" modtest
 step "contrib" $MAKE --no-print-directory contrib
 step "chaos-short" $MAKE --no-print-directory chaos-short
 
