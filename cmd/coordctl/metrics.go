@@ -1,38 +1,39 @@
 package main
 
 import (
-	"fmt"
-	"io"
-	"math"
 	"net/http"
 	"os"
-	"runtime"
 	"runtime/metrics"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/coordkit/coordkit/contrib/coordprom"
 	"github.com/coordkit/coordkit/idgen"
 )
 
-// serveMetrics are the ID service's measurements. /metrics writes them in
-// Prometheus's text exposition format (version 0.0.4) by hand: coordctl
-// lives in coordkit's module, and users who import only the library
-// packages must not find a Prometheus client in their module graph (the
-// adapter for the library's hooks is the module contrib/coordprom).
+// serveMetrics are the ID service's measurements, served on /metrics by
+// client_golang from a registry of the server's own:
 //
-// Every series is named coordkit_idserver_*. The coordctl_* series of
-// earlier versions are still written, marked deprecated in their HELP, and
-// will be removed.
+//   - coordkit_idserver_*: the service's series (requests, errors, the
+//     worker lease, each tag's segments), read from the server's state when
+//     scraped (serveCollector) or counted by the handlers;
+//   - coordkit_ids_* and coordkit_worker_leases_lost_total: the library's
+//     idgen.Metrics hooks, recorded by contrib/coordprom's IDMetrics;
+//   - go_* and process_*: client_golang's Go and process collectors.
 type serveMetrics struct {
+	reg *prometheus.Registry
+
 	issuedSegment, issuedSnowflake atomic.Int64
-	errors                         [numReasons]atomic.Int64
 	leaseLosses                    atomic.Int64
-	endpoints                      map[string]*endpoint // fixed at construction: read without a lock
+	errors                         [numReasons]prometheus.Counter
+	durations                      *prometheus.HistogramVec // {endpoint}
 	ids                            *idMetrics
 }
 
@@ -51,42 +52,70 @@ var reasonNames = [numReasons]string{"bad_request", "unknown_tag", "unavailable"
 // endpointNames label the request duration histograms.
 var endpointNames = []string{"id", "ids", "snowflake", "livez", "readyz", "metrics", "page", "status", "decode"}
 
-func newServeMetrics() *serveMetrics {
-	m := &serveMetrics{endpoints: map[string]*endpoint{}, ids: &idMetrics{tags: map[string]*tagMetrics{}}}
-	for _, n := range endpointNames {
-		m.endpoints[n] = &endpoint{}
-	}
-	return m
-}
-
-func (m *serveMetrics) ep(name string) *endpoint { return m.endpoints[name] }
-
 // buckets are the upper bounds, in seconds, of the request duration
 // histograms: 50 µs to 2.5 s.
-var buckets = [...]float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+var buckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
 
-// endpoint is one endpoint's request duration histogram. Each bucket counts
-// the requests that fell in it alone; /metrics adds them up.
-type endpoint struct {
-	counts [len(buckets) + 1]atomic.Int64 // the last one: above every bound (+Inf)
-	sumNs  atomic.Int64
-}
-
-func (e *endpoint) observe(d time.Duration) {
-	s := d.Seconds()
-	i := 0
-	for i < len(buckets) && s > buckets[i] {
-		i++
+// newServeMetrics builds the registry; s's state is read when /metrics is
+// scraped, once newServer has filled it.
+func newServeMetrics(s *server) (*serveMetrics, error) {
+	reg := prometheus.NewRegistry()
+	prom, err := coordprom.NewIDMetrics(reg)
+	if err != nil {
+		return nil, err
 	}
-	e.counts[i].Add(1)
-	e.sumNs.Add(int64(d))
+	m := &serveMetrics{reg: reg, ids: &idMetrics{prom: prom, tags: map[string]*tagMetrics{}}}
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coordkit_idserver_errors_total",
+		Help: "Requests answered with an error, by reason (bad_request, unknown_tag, unavailable, lease_lost, clock_backwards).",
+	}, []string{"reason"})
+	for i, n := range reasonNames {
+		m.errors[i] = errs.WithLabelValues(n) // every reason present from the start
+	}
+	m.durations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "coordkit_idserver_request_duration_seconds",
+		Help:    "Time to answer a request, by endpoint.",
+		Buckets: buckets,
+	}, []string{"endpoint"})
+	for _, n := range endpointNames {
+		m.durations.WithLabelValues(n)
+	}
+	rm := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	for _, c := range []prometheus.Collector{
+		errs, m.durations, &serveCollector{s},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "go_gc_cycles_total", Help: "Completed GC cycles."}, func() float64 {
+			metrics.Read(rm)
+			return float64(rm[0].Value.Uint64())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "process_pid", Help: "The process's PID."}, func() float64 {
+			return float64(os.Getpid())
+		}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
-// idMetrics is the idgen.Metrics of the Snowflake and the Segments: clock
-// steps back, segment fetches that failed, and the time Next waited for a
-// segment. Issued is left to NopMetrics: the handlers count IDs per request.
+// ep returns the request duration histogram of an endpoint.
+func (m *serveMetrics) ep(name string) prometheus.Observer { return m.durations.WithLabelValues(name) }
+
+// handler serves the registry in the exposition format the scraper asks
+// for (the text format by default).
+func (m *serveMetrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// idMetrics is the idgen.Metrics of the Snowflake, the Segments and the
+// worker leaser: it hands every hook to coordprom's IDMetrics, and keeps
+// what the coordkit_idserver_* series and the page read (clock steps back,
+// and per tag failed fetches, time spent fetching and waiting).
 type idMetrics struct {
 	idgen.NopMetrics
+	prom           *coordprom.IDMetrics
 	clockBackwards atomic.Int64
 
 	mu   sync.Mutex // protects tags
@@ -101,7 +130,16 @@ type tagMetrics struct {
 
 var _ idgen.Metrics = (*idMetrics)(nil)
 
-func (m *idMetrics) ClockBackwards(time.Duration, error) { m.clockBackwards.Add(1) }
+func (m *idMetrics) Issued(tag string, n int) { m.prom.Issued(tag, n) }
+
+func (m *idMetrics) ClockBackwards(behind time.Duration, err error) {
+	m.clockBackwards.Add(1)
+	m.prom.ClockBackwards(behind, err)
+}
+
+func (m *idMetrics) LeaseLost(service string, worker int64, cause error) {
+	m.prom.LeaseLost(service, worker, cause)
+}
 
 func (m *idMetrics) tag(tag string) *tagMetrics {
 	t := m.tags[tag]
@@ -112,7 +150,8 @@ func (m *idMetrics) tag(tag string) *tagMetrics {
 	return t
 }
 
-func (m *idMetrics) SegmentFetched(tag string, _ int64, took time.Duration, err error) {
+func (m *idMetrics) SegmentFetched(tag string, size int64, took time.Duration, err error) {
+	m.prom.SegmentFetched(tag, size, took, err)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.tag(tag)
@@ -123,6 +162,7 @@ func (m *idMetrics) SegmentFetched(tag string, _ int64, took time.Duration, err 
 }
 
 func (m *idMetrics) SegmentWaited(tag string, wait time.Duration) {
+	m.prom.SegmentWaited(tag, wait)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.tag(tag).waitNs += int64(wait)
@@ -137,127 +177,78 @@ func (m *idMetrics) snapshot(tag string) tagMetrics {
 	return tagMetrics{}
 }
 
-// processStart is when this process started serving, for
-// process_start_time_seconds.
-var processStart = time.Now()
+// serveCollector writes the coordkit_idserver_* series that are read from
+// the server's state when scraped: IDs issued, the worker lease, and one
+// series per registered tag in use.
+type serveCollector struct{ s *server }
 
-// writeMetrics writes the service's metrics, then the Go runtime's and the
-// process's usual few.
-func (s *server) writeMetrics(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	m := s.m
-	var b strings.Builder
-	family(&b, "coordkit_idserver_ids_issued_total", "counter", "IDs issued, by kind (segment, snowflake).",
-		sample{`kind="segment"`, float64(m.issuedSegment.Load())},
-		sample{`kind="snowflake"`, float64(m.issuedSnowflake.Load())})
-	var errs []sample
-	for i, n := range reasonNames {
-		errs = append(errs, sample{`reason="` + n + `"`, float64(m.errors[i].Load())})
-	}
-	family(&b, "coordkit_idserver_errors_total", "counter",
-		"Requests answered with an error, by reason (bad_request, unknown_tag, unavailable, lease_lost, clock_backwards).", errs...)
-	s.writeHistograms(&b)
+// Descriptions of the series serveCollector writes.
+var (
+	descIssued         = desc("coordkit_idserver_ids_issued_total", "IDs issued, by kind (segment, snowflake).", "kind")
+	descWorkerInfo     = desc("coordkit_idserver_worker_info", "The Snowflake worker ID leased (the worker label), its service, layout and lease backend; 1 while held.", "worker", "service", "layout", "backend")
+	descLeaseHeld      = desc("coordkit_idserver_worker_lease_held", "1 while a worker lease is held, 0 while a new one is being leased.")
+	descLeaseLosses    = desc("coordkit_idserver_worker_lease_losses_total", "Worker leases lost.")
+	descLeaseStart     = desc("coordkit_idserver_worker_lease_start_time_seconds", "When the current worker ID was leased, since the Unix epoch.")
+	descHighWater      = desc("coordkit_idserver_snowflake_high_water_seconds", "The Snowflake's high-water mark (every ID issued lies before it), since the Unix epoch.")
+	descClockBackwards = desc("coordkit_idserver_clock_backwards_total", "Times the Snowflake found the clock behind its last ID by more than it tolerates.")
+	descSegIssued      = desc("coordkit_idserver_segment_ids_issued_total", "Segment IDs issued, by tag.", "tag")
+	descSegFetches     = desc("coordkit_idserver_segment_fetches_total", "Segments reserved in Redis, by tag.", "tag")
+	descSegFetchErrs   = desc("coordkit_idserver_segment_fetch_errors_total", "Segment reservations that failed, by tag.", "tag")
+	descSegFetchSec    = desc("coordkit_idserver_segment_fetch_seconds_total", "Time spent reserving segments, by tag.", "tag")
+	descSegWaits       = desc("coordkit_idserver_segment_waits_total", "Requests that waited for a segment from Redis, by tag.", "tag")
+	descSegWaitSec     = desc("coordkit_idserver_segment_wait_seconds_total", "Time requests waited for a segment, by tag.", "tag")
+	descSegRollbacks   = desc("coordkit_idserver_segment_rollbacks_total", "Fetches that found the Redis counter at or below IDs already issued (Redis lost data) and raised it, by tag.", "tag")
+	descSegStep        = desc("coordkit_idserver_segment_step", "Size of the next segment to reserve, by tag.", "tag")
+	descSegHigh        = desc("coordkit_idserver_segment_high", "Last ID of the last segment reserved, by tag.", "tag")
+	descSegLast        = desc("coordkit_idserver_segment_last_id", "Last segment ID served, by tag.", "tag")
+)
 
-	// The worker lease.
-	wk := s.worker.Load()
-	held := 1.0
-	if s.leasing.Load() || wk.lease.Err() != nil {
-		held = 0
-	}
-	family(&b, "coordkit_idserver_worker_info", "gauge", "The Snowflake worker ID leased (the worker label), its service, layout and lease backend; 1 while held.",
-		sample{fmt.Sprintf(`worker="%d",service=%s,layout=%s,backend=%s`, wk.lease.ID(),
-			quote(s.cfg.service), quote(s.cfg.layout.Name), quote(s.cfg.backend)), held})
-	family(&b, "coordkit_idserver_worker_lease_held", "gauge", "1 while a worker lease is held, 0 while a new one is being leased.", sample{"", held})
-	family(&b, "coordkit_idserver_worker_lease_losses_total", "counter", "Worker leases lost.", sample{"", float64(m.leaseLosses.Load())})
-	family(&b, "coordkit_idserver_worker_lease_start_time_seconds", "gauge", "When the current worker ID was leased, since the Unix epoch.",
-		sample{"", float64(wk.since.UnixNano()) / 1e9})
-	family(&b, "coordkit_idserver_snowflake_high_water_seconds", "gauge",
-		"The Snowflake's high-water mark (every ID issued lies before it), since the Unix epoch.",
-		sample{"", float64(wk.sf.HighWater().UnixNano()) / 1e9})
-	family(&b, "coordkit_idserver_clock_backwards_total", "counter",
-		"Times the Snowflake found the clock behind its last ID by more than it tolerates.", sample{"", float64(m.ids.clockBackwards.Load())})
-
-	// The segments, one series per registered tag in use.
-	tags := s.tagStates()
-	var issued, fetches, waits, waitSec, fetchErrs, fetchSec, rollbacks, step, high, last []sample
-	for _, t := range tags {
-		st, tm := t.seg.Stats(), m.ids.snapshot(t.name)
-		l := "tag=" + quote(t.name)
-		issued = append(issued, sample{l, float64(t.issued.Load())})
-		fetches = append(fetches, sample{l, float64(st.Fetches)})
-		fetchErrs = append(fetchErrs, sample{l, float64(tm.fetchErrors)})
-		fetchSec = append(fetchSec, sample{l, float64(tm.fetchNs) / 1e9})
-		waits = append(waits, sample{l, float64(st.Waits)})
-		waitSec = append(waitSec, sample{l, float64(tm.waitNs) / 1e9})
-		rollbacks = append(rollbacks, sample{l, float64(st.Rollbacks)})
-		step = append(step, sample{l, float64(st.Step)})
-		high = append(high, sample{l, float64(st.High)})
-		last = append(last, sample{l, float64(t.last.Load())})
-	}
-	family(&b, "coordkit_idserver_segment_ids_issued_total", "counter", "Segment IDs issued, by tag.", issued...)
-	family(&b, "coordkit_idserver_segment_fetches_total", "counter", "Segments reserved in Redis, by tag.", fetches...)
-	family(&b, "coordkit_idserver_segment_fetch_errors_total", "counter", "Segment reservations that failed, by tag.", fetchErrs...)
-	family(&b, "coordkit_idserver_segment_fetch_seconds_total", "counter", "Time spent reserving segments, by tag.", fetchSec...)
-	family(&b, "coordkit_idserver_segment_waits_total", "counter", "Requests that waited for a segment from Redis, by tag.", waits...)
-	family(&b, "coordkit_idserver_segment_wait_seconds_total", "counter", "Time requests waited for a segment, by tag.", waitSec...)
-	family(&b, "coordkit_idserver_segment_rollbacks_total", "counter",
-		"Fetches that found the Redis counter at or below IDs already issued (Redis lost data) and raised it, by tag.", rollbacks...)
-	family(&b, "coordkit_idserver_segment_step", "gauge", "Size of the next segment to reserve, by tag.", step...)
-	family(&b, "coordkit_idserver_segment_high", "gauge", "Last ID of the last segment reserved, by tag.", high...)
-	family(&b, "coordkit_idserver_segment_last_id", "gauge", "Last segment ID served, by tag.", last...)
-
-	// Deprecated: the coordctl_* names of earlier versions.
-	var refills int64
-	for _, t := range tags {
-		refills += t.seg.Stats().Fetches
-	}
-	family(&b, "coordctl_ids_issued_total", "counter", "Deprecated: use coordkit_idserver_ids_issued_total.",
-		sample{`kind="segment"`, float64(m.issuedSegment.Load())},
-		sample{`kind="snowflake"`, float64(m.issuedSnowflake.Load())})
-	family(&b, "coordctl_errors_total", "counter", "Deprecated: use coordkit_idserver_errors_total.",
-		sample{`reason="bad_request"`, float64(m.errors[reasonBadRequest].Load() + m.errors[reasonUnknownTag].Load())},
-		sample{`reason="unavailable"`, float64(m.errors[reasonUnavailable].Load() + m.errors[reasonLeaseLost].Load() + m.errors[reasonClock].Load())})
-	family(&b, "coordctl_segment_refills_total", "counter", "Deprecated: use coordkit_idserver_segment_fetches_total.", sample{"", float64(refills)})
-	family(&b, "coordctl_lease_held", "gauge", "Deprecated: use coordkit_idserver_worker_lease_held.", sample{"", held})
-	family(&b, "coordctl_worker_id", "gauge", "Deprecated: use the worker label of coordkit_idserver_worker_info.", sample{"", float64(wk.lease.ID())})
-
-	family(&b, "go_goroutines", "gauge", "Number of goroutines that currently exist.",
-		sample{"", float64(runtime.NumGoroutine())})
-	rm := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
-	metrics.Read(rm)
-	family(&b, "go_memstats_heap_alloc_bytes", "gauge", "Bytes of allocated heap objects.",
-		sample{"", float64(rm[0].Value.Uint64())})
-	family(&b, "go_gc_cycles_total", "counter", "Completed GC cycles.", sample{"", float64(rm[1].Value.Uint64())})
-	family(&b, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch in seconds.",
-		sample{"", float64(processStart.UnixNano()) / 1e9})
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		family(&b, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
-			sample{"", cpu.Seconds()})
-	}
-	family(&b, "process_pid", "gauge", "The process's PID.", sample{"", float64(os.Getpid())})
-	io.WriteString(w, b.String())
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
 }
 
-// writeHistograms writes coordkit_idserver_request_duration_seconds, one
-// histogram per endpoint.
-func (s *server) writeHistograms(w io.Writer) {
-	const name = "coordkit_idserver_request_duration_seconds"
-	fmt.Fprintf(w, "# HELP %s Time to answer a request, by endpoint.\n# TYPE %s histogram\n", name, name)
-	for _, ep := range endpointNames {
-		e := s.m.endpoints[ep]
-		var cum int64
-		for i := range e.counts {
-			cum += e.counts[i].Load()
-			le := "+Inf"
-			if i < len(buckets) {
-				le = strconv.FormatFloat(buckets[i], 'g', -1, 64)
-			}
-			fmt.Fprintf(w, "%s_bucket{endpoint=%q,le=%q} %d\n", name, ep, le, cum)
+func (c *serveCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descIssued, descWorkerInfo, descLeaseHeld, descLeaseLosses, descLeaseStart, descHighWater,
+		descClockBackwards, descSegIssued, descSegFetches, descSegFetchErrs, descSegFetchSec, descSegWaits, descSegWaitSec,
+		descSegRollbacks, descSegStep, descSegHigh, descSegLast} {
+		ch <- d
+	}
+}
+
+func (c *serveCollector) Collect(ch chan<- prometheus.Metric) {
+	s, m := c.s, c.s.m
+	counter := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, lv...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+	}
+	counter(descIssued, float64(m.issuedSegment.Load()), "segment")
+	counter(descIssued, float64(m.issuedSnowflake.Load()), "snowflake")
+	counter(descClockBackwards, float64(m.ids.clockBackwards.Load()))
+	counter(descLeaseLosses, float64(m.leaseLosses.Load()))
+	if wk := s.worker.Load(); wk != nil {
+		held := 1.0
+		if s.leasing.Load() || wk.lease.Err() != nil {
+			held = 0
 		}
-		fmt.Fprintf(w, "%s_sum{endpoint=%q} %s\n", name, ep, formatFloat(float64(e.sumNs.Load())/1e9))
-		fmt.Fprintf(w, "%s_count{endpoint=%q} %d\n", name, ep, cum)
+		gauge(descWorkerInfo, held, strconv.FormatInt(wk.lease.ID(), 10), s.cfg.service, s.cfg.layout.Name, s.cfg.backend)
+		gauge(descLeaseHeld, held)
+		gauge(descLeaseStart, float64(wk.since.UnixNano())/1e9)
+		gauge(descHighWater, float64(wk.sf.HighWater().UnixNano())/1e9)
+	}
+	for _, t := range s.tagStates() {
+		st, tm := t.seg.Stats(), m.ids.snapshot(t.name)
+		counter(descSegIssued, float64(t.issued.Load()), t.name)
+		counter(descSegFetches, float64(st.Fetches), t.name)
+		counter(descSegFetchErrs, float64(tm.fetchErrors), t.name)
+		counter(descSegFetchSec, float64(tm.fetchNs)/1e9, t.name)
+		counter(descSegWaits, float64(st.Waits), t.name)
+		counter(descSegWaitSec, float64(tm.waitNs)/1e9, t.name)
+		counter(descSegRollbacks, float64(st.Rollbacks), t.name)
+		gauge(descSegStep, float64(st.Step), t.name)
+		gauge(descSegHigh, float64(st.High), t.name)
+		gauge(descSegLast, float64(t.last.Load()), t.name)
 	}
 }
 
@@ -270,38 +261,4 @@ func (s *server) tagStates() []*tagState {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
-}
-
-// quote is a label value in the exposition format: a double-quoted string
-// with \, " and newline escaped.
-func quote(v string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v) + `"`
-}
-
-// sample is one line of a metric family: its labels ("" for none, else
-// `name="value"` pairs) and its value.
-type sample struct {
-	labels string
-	value  float64
-}
-
-// family writes one metric family in the text exposition format. A family
-// with no samples gets its HELP and TYPE only.
-func family(w io.Writer, name, kind, help string, samples ...sample) {
-	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind)
-	for _, s := range samples {
-		if s.labels == "" {
-			fmt.Fprintf(w, "%s %s\n", name, formatFloat(s.value))
-		} else {
-			fmt.Fprintf(w, "%s{%s} %s\n", name, s.labels, formatFloat(s.value))
-		}
-	}
-}
-
-// formatFloat writes v as Prometheus reads it: integers without exponent.
-func formatFloat(v float64) string {
-	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
-		return strconv.FormatInt(int64(v), 10)
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
 }

@@ -5,8 +5,10 @@ import (
 	_ "embed"
 	"errors"
 	"html/template"
+	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -312,4 +314,12 @@ func formatMs(ms int64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s + " ms"
+}
+
+// formatFloat writes v without exponent when it is an integer.
+func formatFloat(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/idgen"
@@ -52,7 +53,8 @@ const serveAbout = `Serves IDs over HTTP:
   GET /livez                200 while the process answers HTTP
   GET /readyz               200 when Redis answers and the worker lease is held,
                             else 503 saying which is not (/healthz: the same)
-  GET /metrics              Prometheus metrics (coordkit_idserver_*)
+  GET /metrics              Prometheus metrics (coordkit_idserver_*, the library's
+                            coordkit_ids_* through contrib/coordprom, go_*, process_*)
   GET /                     the operator page: tags, the worker lease, locks, an
                             ID decoder; refreshed every 2 s
   GET /api/status           what the page shows, as JSON
@@ -256,7 +258,6 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 	}
 	s := &server{cfg: cfg, rdb: cfg.rdb, log: cfg.logger, started: cfg.now(), fatal: make(chan error, 1),
 		lastLog: map[string]time.Time{}, rates: map[string]rateSample{}}
-	s.m = newServeMetrics()
 	empty := map[string]*tagState{}
 	s.tags.Store(&empty)
 	ok := false
@@ -266,6 +267,9 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 		}
 	}()
 	var err error
+	if s.m, err = newServeMetrics(s); err != nil {
+		return nil, err
+	}
 	// A request waits for a segment at most fetchTimeout: the fetch fails
 	// then, and so does the request (no timer per request).
 	if s.segs, err = redisid.NewSegments(cfg.rdb, redisid.WithStep(cfg.step),
@@ -293,7 +297,7 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 
 	var leaser workerid.Leaser
 	maxID := int64(1)<<cfg.layout.WorkerBits - 1
-	opts := []workerid.Option{workerid.WithMax(maxID), workerid.WithLogger(s.log)}
+	opts := []workerid.Option{workerid.WithMax(maxID), workerid.WithLogger(s.log), workerid.WithMetrics(s.m.ids)}
 	switch cfg.backend {
 	case "redis":
 		if cfg.leaseTTL > 0 {
@@ -569,11 +573,11 @@ func (s *server) keepWorker(ctx context.Context) {
 
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	h := func(pattern string, ep *endpoint, f http.HandlerFunc) {
+	h := func(pattern string, ep prometheus.Observer, f http.HandlerFunc) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			f(w, r)
-			ep.observe(time.Since(start))
+			ep.Observe(time.Since(start).Seconds())
 		})
 	}
 	m := s.m
@@ -588,7 +592,7 @@ func (s *server) handler() http.Handler {
 	h("GET /livez", m.ep("livez"), s.livez)
 	h("GET /readyz", m.ep("readyz"), s.readyz)
 	h("GET /healthz", m.ep("readyz"), s.readyz)
-	h("GET /metrics", m.ep("metrics"), s.writeMetrics)
+	h("GET /metrics", m.ep("metrics"), m.handler().ServeHTTP)
 	h("GET /{$}", m.ep("page"), s.page)
 	h("GET /api/status", m.ep("status"), s.apiStatus)
 	h("GET /api/decode", m.ep("decode"), s.apiDecode)
@@ -791,7 +795,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 // fail answers an error: JSON when the client asks for it, text otherwise.
 // msg must name no internal address: the details go to the log.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, code int, reason int, msg string) {
-	s.m.errors[reason].Add(1)
+	s.m.errors[reason].Inc()
 	if wantsJSON(r) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")

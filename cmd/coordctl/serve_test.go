@@ -91,15 +91,12 @@ func TestServeEndpoints(t *testing.T) {
 	_, hs := startServer(t, r, serverConfig{})
 
 	// Every error series exists, at 0, before the first error.
-	_, metrics := get(t, hs.URL+"/metrics", false)
-	for _, want := range []string{`coordkit_idserver_errors_total{reason="bad_request"} 0`, `coordkit_idserver_errors_total{reason="unknown_tag"} 0`,
-		`coordkit_idserver_errors_total{reason="unavailable"} 0`, `coordkit_idserver_errors_total{reason="lease_lost"} 0`,
-		`coordkit_idserver_errors_total{reason="clock_backwards"} 0`, `coordkit_idserver_clock_backwards_total 0`,
-		`coordkit_idserver_worker_info{worker="0",service="test",layout="twitter",backend="redis"} 1`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("fresh metrics lack %q", want)
-		}
+	fams := scrape(t, hs.URL)
+	for _, reason := range reasonNames {
+		wantValue(t, fams, "coordkit_idserver_errors_total", 0, "reason", reason)
 	}
+	wantValue(t, fams, "coordkit_idserver_clock_backwards_total", 0)
+	wantValue(t, fams, "coordkit_idserver_worker_info", 1, "worker", "0", "service", "test", "layout", "twitter", "backend", "redis")
 
 	code, body := get(t, hs.URL+"/id/orders", false)
 	first, err := strconv.ParseInt(strings.TrimSpace(body), 10, 64)
@@ -166,26 +163,49 @@ func TestServeEndpoints(t *testing.T) {
 		t.Fatalf("JSON error: %d %q", code, body)
 	}
 
-	_, metrics = get(t, hs.URL+"/metrics", false)
-	for _, want := range []string{`coordkit_idserver_ids_issued_total{kind="segment"} 107`, `coordkit_idserver_ids_issued_total{kind="snowflake"} 54`,
-		`coordkit_idserver_errors_total{reason="bad_request"} 9`, "coordkit_idserver_worker_lease_held 1",
-		`coordkit_idserver_segment_fetches_total{tag="orders"}`, `coordkit_idserver_segment_step{tag="orders"} 1000`,
-		`coordkit_idserver_segment_waits_total{tag="orders"} 1`, `coordkit_idserver_segment_rollbacks_total{tag="orders"} 0`,
-		`coordkit_idserver_request_duration_seconds_bucket{endpoint="ids",le="+Inf"} 7`,
-		`coordkit_idserver_request_duration_seconds_count{endpoint="snowflake"} 5`,
-		`coordkit_idserver_request_duration_seconds_sum{endpoint="id"}`,
-		// The deprecated names, for a release.
-		`coordctl_ids_issued_total{kind="segment"} 107`, "coordctl_lease_held 1"} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics lack %q", want)
+	fams = scrape(t, hs.URL)
+	wantValue(t, fams, "coordkit_idserver_ids_issued_total", 107, "kind", "segment")
+	wantValue(t, fams, "coordkit_idserver_ids_issued_total", 54, "kind", "snowflake")
+	wantValue(t, fams, "coordkit_idserver_errors_total", 9, "reason", "bad_request")
+	wantValue(t, fams, "coordkit_idserver_worker_lease_held", 1)
+	wantValue(t, fams, "coordkit_idserver_segment_ids_issued_total", 107, "tag", "orders")
+	wantValue(t, fams, "coordkit_idserver_segment_step", 1000, "tag", "orders")
+	wantValue(t, fams, "coordkit_idserver_segment_waits_total", 1, "tag", "orders")
+	wantValue(t, fams, "coordkit_idserver_segment_rollbacks_total", 0, "tag", "orders")
+	if v, ok := value(fams, "coordkit_idserver_segment_fetches_total", "tag", "orders"); !ok || v < 1 {
+		t.Errorf("coordkit_idserver_segment_fetches_total{tag=orders} = %v, %v", v, ok)
+	}
+	if v, ok := value(fams, "coordkit_idserver_segment_last_id", "tag", "orders"); !ok || int64(v) <= first {
+		t.Errorf("coordkit_idserver_segment_last_id{tag=orders} = %v, %v; the first ID was %d", v, ok, first)
+	}
+	// Histograms: 7 requests to /ids (5 of them bad), 5 to /snowflake.
+	for ep, n := range map[string]uint64{"ids": 7, "snowflake": 5, "id": 4} {
+		h := metric(fams, "coordkit_idserver_request_duration_seconds", "endpoint", ep).GetHistogram()
+		if h.GetSampleCount() != n || h.GetSampleSum() <= 0 || len(h.GetBucket()) != len(buckets)+1 { // and +Inf
+			t.Errorf("request_duration_seconds{endpoint=%s}: %v", ep, h)
 		}
 	}
-	// Each family is declared once, with HELP and TYPE.
-	for _, l := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(l, "# TYPE ") && strings.Count(metrics, l+"\n") != 1 {
-			t.Errorf("%q appears more than once", l)
+	// The library's hooks, through contrib/coordprom.
+	wantValue(t, fams, "coordkit_ids_issued_total", 107, "tag", "orders")
+	wantValue(t, fams, "coordkit_ids_issued_total", 54, "tag", "")
+	if v, ok := value(fams, "coordkit_ids_segment_fetches_total", "tag", "orders", "result", "ok"); !ok || v < 1 {
+		t.Errorf("coordkit_ids_segment_fetches_total{tag=orders,result=ok} = %v, %v", v, ok)
+	}
+	// The deprecated coordctl_* series are gone; the Go and process ones
+	// come from client_golang's collectors.
+	for name := range fams {
+		if strings.HasPrefix(name, "coordctl_") {
+			t.Errorf("deprecated series %s is still written", name)
 		}
 	}
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "go_gc_cycles_total", "process_start_time_seconds", "process_cpu_seconds_total", "process_pid"} {
+		if fams[name] == nil {
+			t.Errorf("no %s", name)
+		}
+	}
+	// The coordkit_* families, with their types and labels, as users scrape
+	// them.
+	golden(t, "metrics_families", families(fams, "coordkit_"))
 }
 
 func TestServeUnknownTag(t *testing.T) {
@@ -210,9 +230,16 @@ func TestServeUnknownTag(t *testing.T) {
 	if code, _ := get(t, hs.URL+"/id/known", false); code != 200 {
 		t.Fatalf("known tag: %d", code)
 	}
-	_, metrics := get(t, hs.URL+"/metrics", false)
-	if !strings.Contains(metrics, `coordkit_idserver_errors_total{reason="unknown_tag"} 2`) || strings.Contains(metrics, `tag="unknown"`) {
-		t.Errorf("metrics:\n%s", grep(metrics, "coordkit_idserver_errors"))
+	fams := scrape(t, hs.URL)
+	wantValue(t, fams, "coordkit_idserver_errors_total", 2, "reason", "unknown_tag")
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "tag" && l.GetValue() == "unknown" {
+					t.Errorf("%s has a series for the unknown tag", name)
+				}
+			}
+		}
 	}
 }
 
@@ -371,16 +398,14 @@ func TestServeRedisDownAndBack(t *testing.T) {
 	if code, body := get(t, hs.URL+"/readyz", false); code != 200 {
 		t.Fatalf("/readyz after recovery: %d %q", code, body)
 	}
-	_, metrics := get(t, hs.URL+"/metrics", false)
-	for _, want := range []string{"coordkit_idserver_worker_lease_held 1", "coordkit_idserver_worker_lease_losses_total 1",
-		`coordkit_idserver_segment_rollbacks_total{tag="t"} 1`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics after the outage lack %q:\n%s", want, grep(metrics, "coordkit_idserver_"))
-		}
-	}
-	for _, bad := range []string{`reason="unavailable"} 0`, `reason="lease_lost"} 0`} {
-		if strings.Contains(metrics, bad) {
-			t.Errorf("metrics after the outage: %q", bad)
+	fams := scrape(t, hs.URL)
+	wantValue(t, fams, "coordkit_idserver_worker_lease_held", 1)
+	wantValue(t, fams, "coordkit_idserver_worker_lease_losses_total", 1)
+	wantValue(t, fams, "coordkit_idserver_segment_rollbacks_total", 1, "tag", "t")
+	wantValue(t, fams, "coordkit_worker_leases_lost_total", 1, "service", "test")
+	for _, reason := range []string{"unavailable", "lease_lost"} {
+		if v, _ := value(fams, "coordkit_idserver_errors_total", "reason", reason); v == 0 {
+			t.Errorf("no error counted for %s after the outage", reason)
 		}
 	}
 	if s.m.leaseLosses.Load() != 1 {
@@ -440,16 +465,6 @@ func TestServeZKSessionExpired(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &ws) != nil || len(ws) != 1 || ws[0].ID != s.worker.Load().lease.ID() {
 		t.Fatalf("workers list after the expiry: %d %q %q", code, out, errOut)
 	}
-}
-
-func grep(s, prefix string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // runServe runs the serve command in the background and returns once it
