@@ -26,12 +26,16 @@ const (
 	exitUsage   = 2
 )
 
-// usageError marks an error in the command line: exit status 2.
-type usageError struct{ msg string }
+// usageError marks an error in the command line: exit status 2. With
+// hint, the message is followed by where to read the command's flags.
+type usageError struct {
+	msg  string
+	hint bool
+}
 
 func (e *usageError) Error() string { return e.msg }
 
-func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
 
 // env is how a command reads a run's surroundings.
 type env struct {
@@ -158,8 +162,8 @@ func runEnv(e *env, args []string) int {
 			fmt.Fprintf(errOut, "coordctl %s: a subcommand is needed:\n%s\n", args[0], strings.Join(group, "\n"))
 			return exitUsage
 		}
-		fmt.Fprintf(errOut, "coordctl: unknown command %q\n\n", args[0])
-		printTop(errOut)
+		// One line, as every other error: the usage is a -h away.
+		fmt.Fprintf(errOut, "coordctl: unknown command %q\nRun \"coordctl -h\" for the commands.\n", args[0])
 		return exitUsage
 	}
 	err := cmd.run(e, rest)
@@ -171,6 +175,9 @@ func runEnv(e *env, args []string) int {
 		return exitOK
 	case errors.As(err, &ue):
 		fmt.Fprintf(errOut, "coordctl %s: %v\n", cmd.name, err)
+		if ue.hint {
+			fmt.Fprintf(errOut, "Run \"coordctl %s -h\" for its flags.\n", cmd.name)
+		}
 		return exitUsage
 	default:
 		fmt.Fprintf(errOut, "coordctl %s: %v\n", cmd.name, err)
@@ -179,8 +186,8 @@ func runEnv(e *env, args []string) int {
 }
 
 // newFlags returns a flag set whose errors become usage errors and whose
-// --help prints the command's usage to out (once: flag.FlagSet.Parse calls
-// Usage itself before it returns flag.ErrHelp).
+// --help prints the command's usage to out (parse calls it: a bad flag
+// prints one line and a hint, not the usage).
 func newFlags(e *env, name, argsUsage, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet("coordctl "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -196,13 +203,19 @@ func newFlags(e *env, name, argsUsage, about string) *flag.FlagSet {
 // parse parses args (flags may follow positional arguments) and returns
 // the positional ones.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	// flag.FlagSet.Parse calls Usage on -h and on every error: keep it for
+	// -h alone.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = usage }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err // Parse printed the usage
+				usage()
+				return nil, err
 			}
-			return nil, usagef("%v", err)
+			return nil, &usageError{msg: err.Error(), hint: true}
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -628,4 +629,26 @@ func TestWorkersList(t *testing.T) {
 	if !regexp.MustCompile(`\n40000\s+host-b\s`).MatchString(out) {
 		t.Fatalf("text: %q", out[len(out)-200:])
 	}
+}
+
+// TestBadFlagOneLine: a flag that does not exist, or a bad flag value, is
+// one line on stderr and a hint to -h, as every other error, not the
+// command's usage; an unknown command likewise.
+func TestBadFlagOneLine(t *testing.T) {
+	var all strings.Builder
+	for _, args := range [][]string{
+		{"serve", "--nope"},
+		{"id", "next", "-n", "x"},
+		{"lock", "inspect", "k", "--kind"},
+		{"tags", "list", "--json=maybe"},
+		{"--nope"},
+		{"frobnicate", "--json"},
+	} {
+		code, out, errOut := runCLI(t, nil, args...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 2 || strings.Contains(errOut, "Usage") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and two lines on stderr", args, code, out, errOut)
+		}
+		fmt.Fprintf(&all, "$ coordctl %s\n%s", strings.Join(args, " "), errOut)
+	}
+	golden(t, "bad_flag", all.String())
 }
