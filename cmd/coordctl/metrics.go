@@ -44,13 +44,14 @@ const (
 	reasonUnavailable        // Redis unreachable (or the tag registry)
 	reasonLeaseLost          // /snowflake while a new worker ID is leased
 	reasonClock              // /snowflake with the clock behind the last ID
+	reasonNotFound           // a route that does not exist
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"bad_request", "unknown_tag", "unavailable", "lease_lost", "clock_backwards"}
+var reasonNames = [numReasons]string{"bad_request", "unknown_tag", "unavailable", "lease_lost", "clock_backwards", "not_found"}
 
 // endpointNames label the request duration histograms.
-var endpointNames = []string{"id", "ids", "snowflake", "livez", "readyz", "metrics", "page", "status", "decode"}
+var endpointNames = []string{"id", "ids", "snowflake", "livez", "readyz", "metrics", "page", "status", "decode", "unknown"}
 
 // buckets are the upper bounds, in seconds, of the request duration
 // histograms: 50 µs to 2.5 s.
@@ -67,7 +68,7 @@ func newServeMetrics(s *server) (*serveMetrics, error) {
 	m := &serveMetrics{reg: reg, ids: &idMetrics{prom: prom, tags: map[string]*tagMetrics{}}}
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "coordkit_idserver_errors_total",
-		Help: "Requests answered with an error, by reason (bad_request, unknown_tag, unavailable, lease_lost, clock_backwards).",
+		Help: "Requests answered with an error, by reason (bad_request, unknown_tag, unavailable, lease_lost, clock_backwards, not_found).",
 	}, []string{"reason"})
 	for i, n := range reasonNames {
 		m.errors[i] = errs.WithLabelValues(n) // every reason present from the start

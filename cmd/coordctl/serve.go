@@ -60,6 +60,9 @@ const serveAbout = `Serves IDs over HTTP:
   GET /api/status           what the page shows, as JSON
   GET /api/decode?id=&layout=   an ID's parts, as JSON
 
+Any other route answers 404 with the routes that exist (405 for another
+method than GET on a route above).
+
 Only registered tags are served: those of --tags, or else the members of the
 Redis set --tags-key, which "coordctl tags add|list|remove" edit (as Leaf's
 leaf_alloc table registers biz tags). An unknown tag answers 404 and creates
@@ -596,7 +599,49 @@ func (s *server) handler() http.Handler {
 	h("GET /{$}", m.ep("page"), s.page)
 	h("GET /api/status", m.ep("status"), s.apiStatus)
 	h("GET /api/decode", m.ep("decode"), s.apiDecode)
+	h("/", m.ep("unknown"), func(w http.ResponseWriter, r *http.Request) { s.noRoute(w, r, mux) })
 	return mux
+}
+
+// routes are the routes served, as the answer to an unknown one lists them.
+var routes = []string{"GET /id/{tag}", "GET /ids/{tag}?n=100", "GET /snowflake?n=1", "GET /livez", "GET /readyz", "GET /healthz",
+	"GET /metrics", "GET /", "GET /api/status", "GET /api/decode?id=&layout="}
+
+// noRoute answers a request no route matched: 404 naming the routes that
+// start as its path does, then all of them; 405 for a route served under
+// GET only.
+func (s *server) noRoute(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		get := r.Clone(r.Context())
+		get.Method = http.MethodGet
+		if _, pattern := mux.Handler(get); pattern != "/" {
+			w.Header().Set("Allow", "GET, HEAD")
+			s.fail(w, r, http.StatusMethodNotAllowed, reasonNotFound, fmt.Sprintf("%s %s: only GET is served", r.Method, r.URL.Path))
+			return
+		}
+	}
+	first := func(p string) string {
+		p = strings.TrimPrefix(p, "/")
+		p, _, _ = strings.Cut(p, "?")
+		p, _, _ = strings.Cut(p, "/")
+		return p
+	}
+	var near []string
+	if f := first(r.URL.Path); f != "" {
+		for _, rt := range routes {
+			if _, path, _ := strings.Cut(rt, " "); first(path) == f {
+				near = append(near, rt)
+			}
+		}
+	}
+	msg := fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)
+	if len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
+	} else {
+		msg += "."
+	}
+	msg += " The routes are: " + strings.Join(routes, ", ") + "."
+	s.fail(w, r, http.StatusNotFound, reasonNotFound, msg)
 }
 
 // batchSize reads n: 1 to maxBatch, or 1 when absent and optional.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -564,4 +565,52 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestServeUnknownRoute: a route that does not exist answers 404 naming
+// the routes near it and all of them (not a bare "404 page not found"); a
+// route served under GET only answers 405 to another method.
+func TestServeUnknownRoute(t *testing.T) {
+	r := testserver.StartRedis(t)
+	_, hs := startServer(t, r, serverConfig{})
+	var all strings.Builder
+	for _, tc := range []struct {
+		method, path string
+		json         bool
+		code         int
+	}{
+		{"GET", "/ids", false, 404},
+		{"GET", "/id", false, 404},
+		{"GET", "/api/nope", false, 404},
+		{"GET", "/nope/x", false, 404},
+		{"GET", "/ids", true, 404},
+		{"POST", "/snowflake", false, 405},
+		{"DELETE", "/id/orders", false, 405},
+	} {
+		req, _ := http.NewRequest(tc.method, hs.URL+tc.path, nil)
+		if tc.json {
+			req.Header.Set("Accept", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("%s %s: %d, want %d: %s", tc.method, tc.path, resp.StatusCode, tc.code, b)
+		}
+		fmt.Fprintf(&all, "%s %s (JSON %v): %d\n%s", tc.method, tc.path, tc.json, resp.StatusCode, b)
+	}
+	golden(t, "unknown_route", all.String())
+	fams := scrape(t, hs.URL)
+	wantValue(t, fams, "coordkit_idserver_errors_total", 7, "reason", "not_found")
+	wantValue(t, fams, "coordkit_idserver_errors_total", 0, "reason", "bad_request")
+	// The page and the other routes are still theirs.
+	if code, body := get(t, hs.URL+"/", false); code != 200 || !strings.Contains(body, "<!doctype html>") {
+		t.Fatalf("/: %d", code)
+	}
+	if code, _ := get(t, hs.URL+"/id/orders", false); code != 200 {
+		t.Fatalf("/id/orders: %d", code)
+	}
 }
