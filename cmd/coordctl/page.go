@@ -136,8 +136,39 @@ func (s *server) status(ctx context.Context) status {
 		st.Tags = append(st.Tags, tagStatus{Tag: t.name, Current: t.last.Load(), End: ss.High, Step: ss.Step, NextReady: ss.Ready,
 			Rate: s.rate(t, now), Issued: t.issued.Load(), Fetches: ss.Fetches, Waits: ss.Waits, Rollbacks: ss.Rollbacks})
 	}
+	// The registered tags nobody has asked for yet have no state here:
+	// listed all the same, with nothing issued.
+	for _, name := range s.idleTags(ctx) {
+		st.Tags = append(st.Tags, tagStatus{Tag: name})
+	}
+	sort.Slice(st.Tags, func(i, j int) bool { return st.Tags[i].Tag < st.Tags[j].Tag })
 	st.Locks = s.scanLocks(ctx)
 	return st
+}
+
+// idleTags returns the registered tags (registry mode) that have no state
+// yet, sorted: no request has asked for them since the process started.
+// It reads the registry if the last read is older than registryMiss.
+func (s *server) idleTags(ctx context.Context) []string {
+	if s.cfg.tags != nil {
+		return nil // every tag of --tags has its state from the start
+	}
+	s.tagMu.Lock()
+	defer s.tagMu.Unlock()
+	if time.Since(s.loaded) >= registryMiss {
+		if err := s.loadRegistryLocked(ctx); err != nil {
+			s.logLimited("registry", "reading the tag registry failed", "key", s.cfg.tagsKey, "err", err)
+		}
+	}
+	in := *s.tags.Load()
+	var idle []string
+	for name := range s.registry {
+		if in[name] == nil {
+			idle = append(idle, name)
+		}
+	}
+	sort.Strings(idle)
+	return idle
 }
 
 // Bounds of the page's lock scan: SCAN calls of scanCount keys each.

@@ -257,6 +257,22 @@ func TestServeTagRegistry(t *testing.T) {
 	if code, _ := get(t, hs.URL+"/id/gamma", false); code != 404 {
 		t.Fatalf("unregistered tag: %d", code)
 	}
+	// beta is registered but nobody asked for it: the page and the status
+	// list it all the same, with nothing issued, and it has no state.
+	code, body := get(t, hs.URL+"/api/status", false)
+	var st status
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || len(st.Tags) != 2 ||
+		st.Tags[0].Tag != "alpha" || st.Tags[0].Issued != 1 || st.Tags[1].Tag != "beta" || st.Tags[1].Issued != 0 {
+		t.Fatalf("/api/status tags: %d %s", code, body)
+	}
+	_, page := get(t, hs.URL+"/", false)
+	if !strings.Contains(page, `<tr class="tag-row tag-idle" data-tag="beta"><td><b>beta</b></td><td colspan="7" class="muted">registered, no ID issued yet</td></tr>`) ||
+		!strings.Contains(page, `<tr class="tag-row" data-tag="alpha">`) {
+		t.Fatalf("the page does not list both tags:\n%s", page)
+	}
+	if _, ok := (*s.tags.Load())["beta"]; ok {
+		t.Fatal("listing beta gave it state")
+	}
 	if _, ok := (*s.tags.Load())["gamma"]; ok {
 		t.Fatal("an unregistered tag has state in memory")
 	}
