@@ -652,3 +652,34 @@ func TestBadFlagOneLine(t *testing.T) {
 	}
 	golden(t, "bad_flag", all.String())
 }
+
+// TestTagsRemoveUnregistered: removing a tag that is not registered fails
+// (exit 1) and says which; the tags that were registered are removed all
+// the same.
+func TestTagsRemoveUnregistered(t *testing.T) {
+	r := testserver.StartRedis(t)
+	env := map[string]string{"COORDKIT_REDIS": r.Addr()}
+	if code, _, errOut := runCLI(t, env, "tags", "add", "orders", "invoices"); code != exitOK {
+		t.Fatalf("tags add: %d %s", code, errOut)
+	}
+	var all strings.Builder
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"tags", "remove", "nope"}, exitFailure},
+		{[]string{"tags", "remove", "orders", "nope", "nope", "other"}, exitFailure},
+		{[]string{"tags", "remove", "invoices"}, exitOK},
+		{[]string{"tags", "remove", "invoices"}, exitFailure},
+	} {
+		code, out, errOut := runCLI(t, env, tc.args...)
+		if code != tc.code {
+			t.Errorf("%q: exit %d, want %d", tc.args, code, tc.code)
+		}
+		fmt.Fprintf(&all, "$ coordctl %s\nexit %d\nstdout: %q\nstderr: %q\n", strings.Join(tc.args, " "), code, out, errOut)
+	}
+	golden(t, "tags_remove", all.String())
+	if n, _ := r.Client(t).SCard(context.Background(), defaultTagsKey).Result(); n != 0 {
+		t.Fatalf("%d tags left registered", n)
+	}
+}

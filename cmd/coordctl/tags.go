@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/redis/go-redis/v9"
@@ -58,7 +60,8 @@ func tagsAdd(e *env, args []string) error {
 
 func tagsRemove(e *env, args []string) error {
 	fs := newFlags(e, "tags remove", "TAG...", "Removes each TAG from the Redis set --tags-key: coordctl serve stops serving it\n"+
-		"within 5 seconds. Its counter is kept, so IDs go on from it if it is added again.")
+		"within 5 seconds. Its counter is kept, so IDs go on from it if it is added again.\n"+
+		"Exits 1 if a TAG was not registered (the others are removed all the same).")
 	c, key := tagsFlags(fs, e)
 	tags, err := parse(fs, args)
 	if err != nil {
@@ -68,15 +71,34 @@ func tagsRemove(e *env, args []string) error {
 		return err
 	}
 	return withRedis(e, c, func(ctx context.Context, rdb redis.UniversalClient) error {
-		members := make([]any, len(tags))
-		for i, t := range tags {
-			members[i] = t
-		}
-		n, err := rdb.SRem(ctx, *key, members...).Result()
+		// One SREM per tag, in one round trip: each answers whether that
+		// tag was registered.
+		cmds := make([]*redis.IntCmd, len(tags))
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, t := range tags {
+				cmds[i] = p.SRem(ctx, *key, t)
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("remove from %s: %w", *key, err)
 		}
-		fmt.Fprintf(e.out, "removed %d tag(s) of %d\n", n, len(tags))
+		var removed, missing []string
+		for i, cmd := range cmds {
+			if cmd.Val() > 0 {
+				removed = append(removed, tags[i])
+			} else if !slices.Contains(missing, tags[i]) && !slices.Contains(removed, tags[i]) {
+				missing = append(missing, tags[i])
+			}
+		}
+		if len(removed) > 0 {
+			fmt.Fprintf(e.out, "removed %s\n", strings.Join(removed, ", "))
+		}
+		if len(missing) > 0 {
+			// As rm does: what could be removed was, and the exit status
+			// says that not everything named was there.
+			return fmt.Errorf("not registered in %s: %s (coordctl tags list shows the tags)", *key, strings.Join(missing, ", "))
+		}
 		return nil
 	})
 }
