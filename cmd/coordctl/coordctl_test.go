@@ -227,7 +227,9 @@ func maskLock(s string) string {
 		`("(hold_token|fence|token)": )\d+`, "${1}N",
 		`\d+ ms`, "N ms",
 		`("(ttl_ms|expires_in_ms)": )\d+`, "${1}N",
-		`\bm?[0-9a-f]{32}:\d+`, "WAITER",
+		`client m?[0-9a-f]{32} #\d+`, "client CLIENT #N",
+		`("client": )"m?[0-9a-f]{32}"`, `${1}"CLIENT"`,
+		`("seq": )\d+`, "${1}N",
 		`\b\d{10,}\b`, "N")
 }
 
@@ -277,7 +279,13 @@ func TestLockInspectAndRelease(t *testing.T) {
 	_, out, _ = runCLI(t, env, "lock", "inspect", "orders:42", "--json")
 	golden(t, "inspect_held_json", maskLock(out))
 	var v hashView
+	// The waiter's fields are parsed: the queue's encoding
+	// ("<client>:<seq>|<grant ms>|<owner>") stays inside.
+	if strings.Contains(out, "|") || strings.Contains(out, `"entry"`) {
+		t.Errorf("inspect --json leaks the queue encoding:\n%s", out)
+	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil || !v.Held || v.Waiters[0].Owner != "owner-b" || v.Waiters[0].ExpiresMs <= 0 ||
+		v.Waiters[0].Client == "" || strings.Contains(v.Waiters[0].Client, ":") || v.Waiters[0].Seq == 0 || v.Waiters[0].GrantTTLms <= 0 ||
 		v.TTLms <= 0 || v.TTLms > 60000 || v.HoldToken != lease.Token() ||
 		v.Meta != "service=orders host=h1 pid=101" || v.Waiters[0].Meta != "service=orders host=h2 pid=202" {
 		t.Fatalf("inspect --json: %v %+v", err, v)
@@ -322,7 +330,7 @@ func TestLockInspectGrant(t *testing.T) {
 	rdb.PExpire(ctx, k, 5*time.Second)
 	rdb.Set(ctx, k+":fence", 77, 0)
 	code, out, errOut := runCLI(t, map[string]string{"COORDKIT_REDIS": r.Addr()}, "lock", "inspect", "jobs:7")
-	if code != exitOK || !strings.Contains(out, "grant in flight:  c0ffee:3, to owner owner-g: not yet taken by its waiter") ||
+	if code != exitOK || !strings.Contains(out, "grant in flight:  client c0ffee #3, to owner owner-g: not yet taken by its waiter") ||
 		!strings.Contains(out, "hold token:       77") {
 		t.Fatalf("%d %q %q", code, out, errOut)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -207,11 +208,15 @@ type ownerView struct {
 	Holds int64  `json:"holds"`
 }
 
-// waiterView is one queue entry: "<client id>:<n>", with "|<grant ms>|<owner>"
-// for a lock.Client waiter (a Redlock waiter has only the id).
+// waiterView is one queued waiter, parsed from its queue entry
+// ("<client id>:<seq>", with "|<grant ms>|<owner>" for a lock.Client
+// waiter; a Redlock waiter has only the id), whose encoding stays inside.
 type waiterView struct {
-	Entry      string `json:"entry"`
-	Waiter     string `json:"waiter"`
+	// Client is the id of the client the waiter waits in (one per
+	// lock.Client or redlock.Client), Seq its number among that client's
+	// waiters.
+	Client     string `json:"client"`
+	Seq        uint64 `json:"seq"`
 	Owner      string `json:"owner,omitempty"`
 	GrantTTLms int64  `json:"grant_ttl_ms,omitempty"`
 	Meta       string `json:"meta,omitempty"`
@@ -221,13 +226,27 @@ type waiterView struct {
 }
 
 func parseEntry(entry string) waiterView {
-	w := waiterView{Entry: entry, Waiter: entry, ExpiresMs: -1}
-	parts := strings.SplitN(entry, "|", 3)
-	if len(parts) == 3 {
-		w.Waiter, w.Owner = parts[0], parts[2]
-		fmt.Sscan(parts[1], &w.GrantTTLms)
+	w := waiterView{ExpiresMs: -1}
+	id := entry
+	if parts := strings.SplitN(entry, "|", 3); len(parts) == 3 {
+		id, w.Owner = parts[0], parts[2]
+		w.GrantTTLms, _ = strconv.ParseInt(parts[1], 10, 64)
+	}
+	w.Client = id
+	if i := strings.LastIndexByte(id, ':'); i > 0 {
+		if seq, err := strconv.ParseUint(id[i+1:], 10, 64); err == nil {
+			w.Client, w.Seq = id[:i], seq
+		}
 	}
 	return w
+}
+
+// Name is how the text output and the page name the waiter.
+func (w waiterView) Name() string {
+	if w.Seq == 0 {
+		return "client " + w.Client
+	}
+	return fmt.Sprintf("client %s #%d", w.Client, w.Seq)
 }
 
 func newHashView(info lock.Info, redisKey string) *hashView {
@@ -272,7 +291,7 @@ func (v *hashView) print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "fencing token:\t%d (last issued)\n", v.Fence)
 	if v.Granted != nil {
-		fmt.Fprintf(tw, "grant in flight:\t%s, to owner %s: not yet taken by its waiter\n", v.Granted.Waiter, v.Granted.Owner)
+		fmt.Fprintf(tw, "grant in flight:\t%s, to owner %s: not yet taken by its waiter\n", v.Granted.Name(), v.Granted.Owner)
 	}
 	printWaiters(tw, v.Waiters)
 	tw.Flush()
@@ -283,7 +302,7 @@ func printWaiters(tw io.Writer, ws []waiterView) {
 		fmt.Fprintf(tw, "waiters:\tnone\n")
 	}
 	for i, w := range ws {
-		fmt.Fprintf(tw, "waiter %d:\t%s", i+1, w.Waiter)
+		fmt.Fprintf(tw, "waiter %d:\t%s", i+1, w.Name())
 		if w.Owner != "" {
 			fmt.Fprintf(tw, ", owner %s, grant TTL %d ms", w.Owner, w.GrantTTLms)
 		}
