@@ -129,11 +129,15 @@ func TestPageInBrowser(t *testing.T) {
 		`<tr class="lock-row" data-key="orders:42">`, `owner-page`, `owner-next`, `service=orders host=web-1 pid=4242`,
 		`<tr class="lock-row" data-key="report:daily">`,
 		`<b id="worker-id">0</b>`, `<dd id="worker-layout">twitter</dd>`, `id="high-water"`, `service <b>checkout</b>`,
-		`live: updated`, // the script ran and swapped the live part in
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page lacks %q", want)
 		}
+	}
+	// The script ran and swapped the live part in; the header says when,
+	// in ISO 8601 UTC as the rest of the page (not "12:06:03 AM").
+	if !regexp.MustCompile(`<span id="conn" class="meta">live: updated \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</span>`).MatchString(dom) {
+		t.Errorf("the header lacks an ISO UTC update time")
 	}
 	if !regexp.MustCompile(`data-tag="orders"><td><b>orders</b>.*?</td><td class="num mono">\d+</td>`).MatchString(dom) {
 		t.Errorf("no current ID for orders in:\n%s", dom)
