@@ -312,11 +312,15 @@ type pageData struct {
 	Decoded     *decoded
 	DecodeError string
 	Refresh     int // seconds between refreshes of the live part
+	Charts      []chart
 }
 
 func (s *server) page(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d := pageData{status: s.status(r.Context()), Kinds: decodeKinds(), DecodeID: q.Get("id"), DecodeAs: q.Get("layout"), Refresh: 2}
+	if s.cfg.chartEvery >= 0 {
+		d.Charts = charts(s.hist.snapshot())
+	}
 	if d.DecodeAs == "" {
 		d.DecodeAs = s.cfg.layout.Name
 	}
@@ -327,8 +331,11 @@ func (s *server) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline' 'self'; style-src 'unsafe-inline'")
 	name := "page"
-	if q.Get("part") == "live" {
+	switch q.Get("part") {
+	case "live":
 		name = "live"
+	case "charts": // the charts alone, laid out at fixed places
+		name = "charts-page"
 	}
 	if err := pageTmpl.ExecuteTemplate(w, name, d); err != nil {
 		s.logLimited("page", "rendering the page failed", "err", err)

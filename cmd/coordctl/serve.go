@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,8 +56,9 @@ const serveAbout = `Serves IDs over HTTP:
                             else 503 saying which is not (/healthz: the same)
   GET /metrics              Prometheus metrics (coordkit_idserver_*, the library's
                             coordkit_ids_* through contrib/coordprom, go_*, process_*)
-  GET /                     the operator page: tags, the worker lease, locks, an
-                            ID decoder; refreshed every 2 s
+  GET /                     the operator page: charts of the last minutes, tags,
+                            the worker lease, locks, an ID decoder; refreshed
+                            every 2 s (/?part=charts: the charts alone)
   GET /api/status           what the page shows, as JSON
   GET /api/decode?id=&layout=   an ID's parts, as JSON
 
@@ -96,12 +98,18 @@ func serve(e *env, args []string) error {
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "the Redis worker lease's TTL (--lease-backend redis)")
 	lockPrefix := fs.String("lock-prefix", lock.DefaultPrefix, "the page lists the locks under this prefix")
 	pageLocks := fs.Int("page-locks", 100, "the most locks the page lists")
+	chartEvery := fs.Duration("chart-interval", defaultChart, "how often the page's charts sample the tags, the locks (a SCAN of --lock-prefix) and the lease; 0: no charts")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
 	layout, ok := layoutByName(*layoutName)
 	if !ok {
 		return usagef("unknown --layout %q: want one of %s", *layoutName, layoutNames())
+	}
+	if *chartEvery < 0 {
+		return usagef("--chart-interval %v must not be negative", *chartEvery)
+	} else if *chartEvery == 0 {
+		*chartEvery = -1 // no charts
 	}
 	if *step < 1 {
 		return usagef("--segment-step %d must be positive", *step)
@@ -141,7 +149,7 @@ func serve(e *env, args []string) error {
 	s, err := newServer(ctx, serverConfig{
 		rdb: rdb, conn: &c, service: *service, backend: *backend, layout: layout, step: *step,
 		tags: tagList, tagsKey: *tagsKey, exitOnLeaseLoss: *exitOnLoss, leaseTTL: *leaseTTL,
-		lockPrefix: *lockPrefix, pageLocks: *pageLocks, logger: log,
+		lockPrefix: *lockPrefix, pageLocks: *pageLocks, chartEvery: *chartEvery, logger: log,
 	})
 	if err != nil {
 		return err
@@ -188,8 +196,9 @@ type serverConfig struct {
 	leaseTTL        time.Duration // Redis lease TTL; 0: workerid's default
 	releaseRetry    time.Duration // pause between attempts to lease a new worker ID; 0: 1 s
 
-	lockPrefix string // the page's locks; "": lock.DefaultPrefix
-	pageLocks  int    // 0: 100
+	lockPrefix string        // the page's locks; "": lock.DefaultPrefix
+	pageLocks  int           // 0: 100
+	chartEvery time.Duration // the charts' sampling interval; 0: 2 s, negative: no charts
 
 	logger *slog.Logger // nil: discard
 	now    func() time.Time
@@ -226,6 +235,8 @@ type server struct {
 
 	rateMu sync.Mutex // protects rates
 	rates  map[string]rateSample
+
+	hist history // the charts' samples
 }
 
 // tagState is one registered tag being served.
@@ -344,6 +355,10 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 	if cfg.tags == nil {
 		s.wg.Add(1)
 		go s.refreshTags(bg) // owned by s, as above
+	}
+	if cfg.chartEvery >= 0 {
+		s.wg.Add(1)
+		go s.sampleCharts(bg, cmp.Or(cfg.chartEvery, defaultChart)) // owned by s, as above
 	}
 	s.closers = append(s.closers, func() { stop(); s.wg.Wait() })
 	s.log.Info("worker ID leased", "service", cfg.service, "worker", w.lease.ID(), "layout", cfg.layout.Name, "backend", cfg.backend)
