@@ -17,18 +17,17 @@ import (
 // external resource: the page works offline).
 
 const (
-	chartPoints   = 150             // samples kept
-	defaultChart  = 2 * time.Second // the default interval
-	chartMaxTags  = 8               // tags drawn, those that issued most
-	chartW        = 460             // an SVG's size, in CSS pixels
-	chartH        = 150
-	plotL, plotR  = 44, chartW - 10 // the plot area within it
-	plotT, plotB  = 10, chartH - 22
-	chartPalette0 = "#1a56db"
+	chartPoints  = 150             // samples kept
+	defaultChart = 2 * time.Second // the default interval
+	chartMaxTags = 8               // tags drawn, those that issued most
+	chartW       = 460             // an SVG's size, in CSS pixels
+	chartH       = 150
+	plotL, plotR = 44, chartW - 10 // the plot area within it
+	plotT, plotB = 10, chartH - 22
 )
 
 // palette colours the series: a tag keeps its colour across charts.
-var palette = []string{chartPalette0, "#d9480f", "#2b8a3e", "#9c36b5", "#e8590c", "#0b7285", "#c2255c", "#5c940d"}
+var palette = []string{"#1a56db", "#d9480f", "#2b8a3e", "#9c36b5", "#e8590c", "#0b7285", "#c2255c", "#5c940d"}
 
 // chartSample is what serve measured at one instant.
 type chartSample struct {
@@ -289,16 +288,16 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-// label writes an axis or legend value: integers grouped, else 2
-// significant digits.
+// label writes an axis or legend value: 3 significant digits with k or M
+// from 10,000 on, whole numbers from 10 on, else 2 significant digits.
 func label(v float64) string {
 	switch {
 	case v >= 1e6:
 		return strconv.FormatFloat(v/1e6, 'g', 3, 64) + "M"
 	case v >= 1e4:
 		return strconv.FormatFloat(v/1e3, 'g', 3, 64) + "k"
-	case v == math.Trunc(v):
-		return strconv.FormatInt(int64(v), 10)
+	case v >= 10 || v == math.Trunc(v):
+		return strconv.FormatFloat(math.Round(v), 'f', 0, 64)
 	default:
 		return strconv.FormatFloat(v, 'g', 2, 64)
 	}

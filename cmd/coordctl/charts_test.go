@@ -198,6 +198,11 @@ func TestLockAges(t *testing.T) {
 			t.Errorf("at %v: hold %v wait %v, want %v %v", tc.at, hold, wait, tc.hold, tc.wait)
 		}
 	}
+	for v, want := range map[float64]string{0: "0", 0.05: "0.05", 9.63: "9.6", 27.4: "27", 6400.7: "6401", 15234: "15.2k", 2.5e6: "2.5M"} {
+		if got := label(v); got != want {
+			t.Errorf("label(%v) = %q, want %q", v, got, want)
+		}
+	}
 	for v, want := range map[float64]float64{0: 1, 0.3: 0.5, 1: 1, 7: 10, 1200: 2000, 15234: 20000} {
 		if got := niceCeil(v); got != want {
 			t.Errorf("niceCeil(%v) = %v, want %v", v, got, want)

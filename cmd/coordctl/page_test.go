@@ -94,7 +94,8 @@ func TestPageInBrowser(t *testing.T) {
 		return len(info.Waiters) == 1
 	})
 
-	_, hs := startServer(t, r, serverConfig{tags: []string{"orders", "invoices"}, service: "checkout"})
+	// Charts sampled every 200 ms, so that the screenshot shows them drawn.
+	_, hs := startServer(t, r, serverConfig{tags: []string{"orders", "invoices"}, service: "checkout", chartEvery: 200 * time.Millisecond})
 	for range 3 {
 		get(t, hs.URL+"/ids/orders?n=100", false)
 	}
@@ -170,7 +171,7 @@ func TestPageInBrowser(t *testing.T) {
 		}
 	}()
 	get(t, hs.URL+"/api/status", false) // the rate's first sample
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(3 * time.Second)         // the rate's next sample, and 15 of the charts
 	shot := filepath.Join(t.TempDir(), "page.png")
 	headless(t, bin, "--virtual-time-budget=3000", "--window-size=1280,1000", "--screenshot="+shot, hs.URL+"/?id="+sf+"&layout=twitter")
 	stopLoad()
