@@ -697,6 +697,16 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 		if rep == 0 {
 			continue
 		}
+		if h == b && b.Invoke >= a.Acquired {
+			// b asked after a held: the key was free for b, so a's hold
+			// is the one that was gone, and a must be told. b's own loss
+			// (its hold wiped in turn) does not tell a. (Issue 29 part
+			// 7: taking either report let a release that answered "ok"
+			// for a deleted hold, hole 2, pass as documented; porcupine
+			// alone flagged it.) A b that asked before a acquired may be
+			// the stale one (stopped while its grant ran out).
+			continue
+		}
 		from := b.Acquired
 		// The holder could not learn anything while stopped, nor while
 		// its renewals could not reach a server or get an answer (the

@@ -295,6 +295,23 @@ func TestCheck(t *testing.T) {
 		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(100), End: ms(150)},
 			{Kind: fProxyBlackhole, Proc: "b", Start: ms(300), End: ms(2100)}},
 			accepted: []AcceptedWrite{{"b/0/1", 101}}, anomalies: []string{aOverlapUnrep}},
+		{name: "hole 2: a deleted hold's release answers ok, the next holder's loss is no report", backend: "lock", build: func(h *hist) {
+			// Issue 29 part 7, the signature of the seed-41 finding on
+			// the compact build (which still had hole 2): a's hold is
+			// deleted, b takes the key with the next token, b's hold is
+			// deleted in turn and b is told; a's release then finds the
+			// counter at its token + 1 and answers "ok". Before the fix
+			// of classify, b's report excused the pair as documented and
+			// only porcupine objected.
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.add(50, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
+			h.add(110, "b", opAcquired, "k0", "b/0/1", 101, "", 0)
+			h.add(160, "b", opLost, "k0", "b/0/1", 101, "", 0)
+			h.add(300, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(301, "a", opReleased, "k0", "a/0/1", 100, "ok", 0)
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(100), End: ms(150)}},
+			anomalies: []string{aOverlapUnrep, aNonLinear}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
 		}, accepted: []AcceptedWrite{{"x/0/1", 100}}, anomalies: []string{aUnknownWriter}},
