@@ -170,6 +170,7 @@ type Result struct {
 	stalls    map[string][][2]int64
 	procEnd   map[string]int64 // last event (or kill) per process
 	procStart map[string]int64 // start event per process
+	killed    map[string]bool  // processes the nemesis killed
 }
 
 func (r *Result) add(kind string, n int) { r.Anomalies[kind] += n }
@@ -292,7 +293,7 @@ func trimExcerpt(evs []Event, hs []*Hold) ([]Event, int) {
 func Check(in Input) *Result {
 	r := &Result{Anomalies: map[string]int{}, Documented: map[string]int{}, Info: map[string]int64{},
 		Linear: map[string]string{}, holds: map[string]*Hold{}, byKey: map[string][]*Hold{},
-		pauses: map[string][][2]int64{}, stalls: map[string][][2]int64{}, procEnd: map[string]int64{}, procStart: map[string]int64{}}
+		pauses: map[string][][2]int64{}, stalls: map[string][][2]int64{}, procEnd: map[string]int64{}, procStart: map[string]int64{}, killed: map[string]bool{}}
 	r.build(in)
 	r.checkTokens()
 	r.checkReentries(in)
@@ -381,6 +382,7 @@ func (r *Result) build(in Input) {
 			r.pauses[f.Proc] = append(r.pauses[f.Proc], [2]int64{f.Start, f.End})
 		case fClientKill:
 			r.procEnd[f.Proc] = max(r.procEnd[f.Proc], f.End)
+			r.killed[f.Proc] = true
 		}
 	}
 	for _, h := range r.holds {
@@ -694,6 +696,12 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	atOnce := in.Backend == "lock" || in.Backend == "fair"
 	for _, h := range []*Hold{a, b} {
 		rep := h.reportedAt()
+		if rep == 0 && h.Release == 0 && r.killed[h.Proc] {
+			// Killed holding: it stopped believing when it died, and
+			// could not be told later; in time if it died within the
+			// bound (linear.go's release of a dead holder, likewise).
+			rep = r.procEnd[h.Proc]
+		}
 		if rep == 0 {
 			continue
 		}
