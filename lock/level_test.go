@@ -16,9 +16,6 @@ type nestedCase struct {
 	name string
 	// outer and other lock the same key for one owner and for another.
 	outer, other lock.Locker
-	// otherOK says whether other may take the lock beside a hold of outer
-	// (two readers).
-	otherOK bool
 }
 
 func nestedCases(t *testing.T) []nestedCase {

@@ -343,15 +343,21 @@ func TestTimeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newTime(t, []redis.UniversalClient{rdb})
-	var ids []int64
+	// The tags' keys hash to different slots (nodes); each tag's IDs are
+	// unique and carry the shard asked for.
 	for _, tag := range []string{"order", "user", "pay", "x"} {
+		var ids []int64
 		for range 50 {
 			id, err := c.Next(ctx, tag, 9)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if p, err := redisid.Parse(id); err != nil || p.Shard != 9 {
+				t.Fatalf("%s: Parse(%d) = %+v, %v", tag, id, p, err)
+			}
 			ids = append(ids, id)
 		}
+		noDuplicates(t, ids)
 	}
 	h := "{hash}:ids"
 	if _, err := redisid.CreateHash(ctx, rdb, h, 1, 5); err != nil {

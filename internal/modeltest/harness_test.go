@@ -227,7 +227,7 @@ func report(t *testing.T, sys system, seed uint64, res result) {
 	t.Helper()
 	class := classOf(res.err)
 	t.Logf("%s: seed %d failed at step %d of %d: %v; shrinking (budget %v)", sys.name, seed, res.fail+1, len(res.ops), res.err, shrinkBudget())
-	ops, err, tries := shrink(t, sys, seed, res.ops, class, res.err)
+	ops, tries, err := shrink(t, sys, seed, res.ops, class, res.err)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: model violated, seed %d (reproduce: go test ./internal/modeltest -run 'TestModel/%s$' -model.seed=%d)\n", sys.name, seed, sys.name, seed)
 	fmt.Fprintf(&b, "original failure at step %d of %d: %v\n", res.fail+1, len(res.ops), res.err)
@@ -243,7 +243,7 @@ func report(t *testing.T, sys system, seed uint64, res result) {
 // steps) while a replay on a fresh key still fails with the same class of
 // violation, within the shrink budget. Timing varies between replays: a
 // candidate counts as failing if one replay fails.
-func shrink(t *testing.T, sys system, seed uint64, ops []op, class string, err error) ([]op, error, int) {
+func shrink(t *testing.T, sys system, seed uint64, ops []op, class string, err error) ([]op, int, error) {
 	deadline := time.Now().Add(shrinkBudget())
 	tries := 0
 	fails := func(cand []op) (bool, []op, error) {
@@ -282,12 +282,12 @@ func shrink(t *testing.T, sys system, seed uint64, ops []op, class string, err e
 		case removed:
 			n = max(n-1, 2)
 		case chunk == 1:
-			return cur, err, tries
+			return cur, tries, err
 		default:
 			n = min(n*2, len(cur))
 		}
 	}
-	return cur, err, tries
+	return cur, tries, err
 }
 
 // leaseName names the lease obtained by op id: "L7", and "L7b" for the

@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,14 +142,20 @@ func (c *RedisCluster) NodeFor(ctx context.Context, key string) (*Redis, error) 
 	if err != nil {
 		return nil, err
 	}
-	ranges, err := cl.ClusterSlots(ctx).Result()
+	shards, err := cl.ClusterShards(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range ranges {
-		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+	for _, sh := range shards {
+		if !slices.ContainsFunc(sh.Slots, func(r redis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
+			continue
+		}
+		for _, m := range sh.Nodes {
+			if m.Role != "master" {
+				continue
+			}
 			for _, n := range c.nodes {
-				if n.Addr() == r.Nodes[0].Addr {
+				if int64(n.port) == m.Port {
 					return n, nil
 				}
 			}
