@@ -392,7 +392,7 @@ func (c *conn) redisClient(ctx context.Context) (redis.UniversalClient, error) {
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("Redis at %s is unreachable: %w", c.redis, err)
+		return nil, fmt.Errorf("the Redis server at %s is unreachable: %w", c.redis, err)
 	}
 	return rdb, nil
 }

@@ -291,6 +291,9 @@ func TestServeTagRegistry(t *testing.T) {
 		t.Fatalf("tags list --json: %d %q", code, out)
 	}
 	code, out, _ = runCLI(t, env, "tags", "list")
+	if code != 0 {
+		t.Fatalf("tags list: %d %q", code, out)
+	}
 	golden(t, "tags_list", maskSpaces(out))
 	// A tag removed stops being served (the background refresh).
 	if code, out, _ := runCLI(t, env, "tags", "remove", "alpha"); code != 0 || out != "removed alpha\n" {
