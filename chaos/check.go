@@ -642,8 +642,6 @@ func reportBound(in Input, key string) time.Duration {
 	return in.lifeOf(key)/3 + reportSlack
 }
 
-type pair struct{ a, b *Hold }
-
 // checkOverlaps finds every pair of holds of one key whose belief intervals
 // overlap, and classifies it.
 func (r *Result) checkOverlaps(in Input) map[[2]string]string {

@@ -216,18 +216,6 @@ func (l *idLease) over() int64 {
 	return l.Released
 }
 
-// end is when the lease's process learned that the lease was over or began
-// to give it up: the loss, or the release's invocation; 0 if neither.
-func (l *idLease) end() int64 {
-	switch {
-	case l.Lost != 0 && l.Release != 0:
-		return min(l.Lost, l.Release)
-	case l.Lost != 0:
-		return l.Lost
-	}
-	return l.Release
-}
-
 // dataLoss returns a Redis restart without data or from an older snapshot
 // that ended after a's lease was taken and began before b's was.
 func dataLoss(faults []Fault, a, b *idLease) *Fault {

@@ -435,7 +435,7 @@ func checkIDsDir(dir string, meta runMeta) (*Report, error) {
 // recheck is "chaos check DIR...": check stored runs again.
 func recheck(dirs []string) (int, error) {
 	if len(dirs) == 0 {
-		return 2, errors.New("usage: chaos check DIR...")
+		return 2, errors.New("usage: chaos check DIR [DIR ...]")
 	}
 	code := 0
 	for _, d := range dirs {
