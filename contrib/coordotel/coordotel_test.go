@@ -48,7 +48,7 @@ func traced(t *testing.T) (lock.Locker, *lock.Client, *tracetest.SpanRecorder) {
 func attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, a := range s.Attributes() {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
