@@ -1,5 +1,8 @@
-// Package logtest holds a slog.Handler that records what a client logs,
-// for the tests of every package that takes WithLogger.
+// Package logtest holds the tests' log helpers: Recorder, a slog.Handler
+// that records what a client logs, for the tests of every package that
+// takes WithLogger; and Capture, which routes what libraries log through
+// the process-wide loggers (slog's default, the log package, go-redis's
+// logger) to the output of the test that runs, not to stderr.
 package logtest
 
 import (

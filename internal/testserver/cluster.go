@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -126,9 +127,11 @@ func (c *RedisCluster) NewClient() redis.UniversalClient {
 	return redis.NewUniversalClient(c.Options())
 }
 
-// Client returns a new cluster client that is closed when the test ends.
+// Client returns a new cluster client that is closed when the test ends;
+// the process-wide loggers write to tb meanwhile (logtest.Capture).
 func (c *RedisCluster) Client(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
+	logtest.Capture(tb)
 	cl := c.NewClient()
 	tb.Cleanup(func() { cl.Close() })
 	return cl

@@ -38,6 +38,16 @@
 //     black-holing (connections accepted, bytes never delivered), both ways
 //     or one way only (a half-open link).
 //
+// Output: a server's own output (and that of mariadb-install-db and initdb)
+// goes to a log file in its directory, never to the test's output. When a
+// server fails to start, the error names that file, which is kept, and
+// quotes its end (the set-up commands: the lines that report an error).
+// The helpers that take a testing.TB route the process-wide loggers (slog's
+// default, which every coordkit client built without WithLogger uses, the
+// log package, go-redis's logger) and go-zookeeper's lines about DialT's
+// connections to that test's output while it runs (logtest.Capture): they
+// are shown with the test's own lines when it fails, never on stderr.
+//
 // Constructors come in two forms: StartX(t, ...) fails the test on error and
 // registers Close with t.Cleanup; NewX(...) returns an error and leaves Close
 // to the caller (TestMain and the bench program use these).

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -109,7 +110,7 @@ func newRedis(o redisOptions, extra []string) (*Redis, error) {
 			break
 		}
 	}
-	os.RemoveAll(dir)
+	removeKeepingLogs(dir) // the error names redis.log
 	return nil, last
 }
 
@@ -165,9 +166,11 @@ func (r *Redis) Options() *redis.UniversalOptions {
 // NewClient returns a new go-redis client for this server; the caller closes it.
 func (r *Redis) NewClient() redis.UniversalClient { return redis.NewUniversalClient(r.Options()) }
 
-// Client returns a new client that is closed when the test ends.
+// Client returns a new client that is closed when the test ends; the
+// process-wide loggers write to tb meanwhile (logtest.Capture).
 func (r *Redis) Client(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
+	logtest.Capture(tb)
 	c := r.NewClient()
 	tb.Cleanup(func() { c.Close() })
 	return c
@@ -283,9 +286,11 @@ func NewRedisMasters(n int, opts ...RedisOption) ([]*Redis, error) {
 	return rs, nil
 }
 
-// StartRedisMasters starts n independent Redis masters for a test.
+// StartRedisMasters starts n independent Redis masters for a test (and
+// routes the process-wide loggers to tb, as every helper with a TB does).
 func StartRedisMasters(tb testing.TB, n int, opts ...RedisOption) []*Redis {
 	tb.Helper()
+	logtest.Capture(tb)
 	rs, err := NewRedisMasters(n, opts...)
 	if err != nil {
 		tb.Fatal(err)

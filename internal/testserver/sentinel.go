@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -104,7 +105,7 @@ sentinel parallel-syncs %s 1
 		}
 		r.proc.kill()
 	}
-	os.RemoveAll(dir)
+	removeKeepingLogs(dir) // the error names sentinel.log
 	return last
 }
 
@@ -171,9 +172,11 @@ func (s *RedisSentinel) NewClient() redis.UniversalClient {
 	return redis.NewUniversalClient(s.Options())
 }
 
-// Client returns a new failover client that is closed when the test ends.
+// Client returns a new failover client that is closed when the test
+// ends; the process-wide loggers write to tb meanwhile (logtest.Capture).
 func (s *RedisSentinel) Client(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
+	logtest.Capture(tb)
 	c := s.NewClient()
 	tb.Cleanup(func() { c.Close() })
 	return c

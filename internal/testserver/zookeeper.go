@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -136,9 +137,13 @@ func fourLetter(a, cmd string) (string, error) {
 	return string(b), err
 }
 
-func (n *ZKNode) close() {
+func (n *ZKNode) close(keepLog bool) {
 	n.proc.kill()
-	os.RemoveAll(n.dir)
+	if keepLog {
+		removeKeepingLogs(n.dir)
+	} else {
+		os.RemoveAll(n.dir)
+	}
 }
 
 // ZooKeeper is a standalone server or an ensemble of nodes on loopback.
@@ -218,17 +223,27 @@ func newZK(n int) (*ZooKeeper, error) { return newZKWith(n, ZKEnsembleOptions{})
 // during start-up: a free port can be taken by another process (another
 // test package's server) before the node binds it, and each node needs
 // three. The other servers' starts retry the same way.
+//
+// A node that fails to start leaves its zookeeper.log, which the error
+// names and quotes the end of; a retried attempt's logs are removed.
 func newZKWith(n int, o ZKEnsembleOptions) (*ZooKeeper, error) {
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		var z *ZooKeeper
-		if z, err = newZKOnce(n, o); err == nil || !errors.Is(err, errExited) {
-			return z, err
+	for attempt := 0; ; attempt++ {
+		z, err := newZKOnce(n, o)
+		if err == nil {
+			return z, nil
+		}
+		if attempt == 4 || !errors.Is(err, errExited) {
+			return nil, err
+		}
+		if z != nil {
+			z.removeDirs()
 		}
 	}
-	return nil, err
 }
 
+// newZKOnce starts the ensemble once. When a node does not start it
+// returns the error and the closed ensemble, whose directories keep their
+// logs.
 func newZKOnce(n int, o ZKEnsembleOptions) (*ZooKeeper, error) {
 	java, cp, err := zkClasspath()
 	if err != nil {
@@ -343,11 +358,22 @@ electionPortBindRetry=5
 	}
 	for _, node := range z.nodes {
 		if err := waitFor(node.proc, 60*time.Second, node.serving); err != nil {
-			z.Close()
-			return nil, err
+			z.closeKeepingLogs()
+			return z, err
 		}
 	}
 	return z, nil
+}
+
+// closeKeepingLogs is Close after a failed start: every node is killed and
+// its directory removed but for its log, which the start's error names.
+func (z *ZooKeeper) closeKeepingLogs() { z.close(true) }
+
+// removeDirs removes what closeKeepingLogs kept.
+func (z *ZooKeeper) removeDirs() {
+	for _, n := range z.nodes {
+		os.RemoveAll(n.dir)
+	}
 }
 
 func proxyPort(p *Proxy) int {
@@ -401,7 +427,9 @@ func (z *ZooKeeper) Servers() []string {
 }
 
 // Close closes every connection made by Dial and kills every node. It is idempotent.
-func (z *ZooKeeper) Close() {
+func (z *ZooKeeper) Close() { z.close(false) }
+
+func (z *ZooKeeper) close(keepLogs bool) {
 	z.mu.Lock()
 	conns := z.conns
 	z.conns = nil
@@ -410,7 +438,7 @@ func (z *ZooKeeper) Close() {
 		c.Close()
 	}
 	for _, n := range z.nodes {
-		n.close()
+		n.close(keepLogs)
 	}
 	for _, pair := range z.peers {
 		pair[0].Close()
@@ -435,7 +463,7 @@ type ZKConn struct {
 // if not nil, is called with every event of the connection (go-zookeeper's
 // event callback, run on its event goroutine).
 func (z *ZooKeeper) Dial(sessionTimeout time.Duration, onEvent func(zk.Event)) (*ZKConn, error) {
-	return z.dial(z.nodes, sessionTimeout, onEvent)
+	return z.dial(z.nodes, sessionTimeout, onEvent, quietLogger{})
 }
 
 // DialNode is Dial to node i (an index into Nodes) alone: the connection
@@ -444,17 +472,23 @@ func (z *ZooKeeper) DialNode(i int, sessionTimeout time.Duration, onEvent func(z
 	if i < 0 || i >= len(z.nodes) {
 		return nil, fmt.Errorf("testserver: no node %d (%d nodes)", i, len(z.nodes))
 	}
-	return z.dial(z.nodes[i:i+1], sessionTimeout, onEvent)
+	return z.dial(z.nodes[i:i+1], sessionTimeout, onEvent, quietLogger{})
 }
 
-// DialNodeT is DialNode for tests: the connection is closed when the test ends.
+// DialNodeT is DialNode for tests: the connection is closed when the test
+// ends, and go-zookeeper's lines about it go to tb's output (DialT).
 func (z *ZooKeeper) DialNodeT(tb testing.TB, i int, sessionTimeout time.Duration, onEvent func(zk.Event)) *ZKConn {
 	tb.Helper()
-	c, err := z.DialNode(i, sessionTimeout, onEvent)
+	if i < 0 || i >= len(z.nodes) {
+		tb.Fatalf("testserver: no node %d (%d nodes)", i, len(z.nodes))
+	}
+	logtest.Capture(tb)
+	c, err := z.dial(z.nodes[i:i+1], sessionTimeout, onEvent, logtest.Logger("zk: "))
 	return must(tb, c, err)
 }
 
-func (z *ZooKeeper) dial(nodes []*ZKNode, sessionTimeout time.Duration, onEvent func(zk.Event)) (*ZKConn, error) {
+// dial connects through a proxy per node; log gets go-zookeeper's lines.
+func (z *ZooKeeper) dial(nodes []*ZKNode, sessionTimeout time.Duration, onEvent func(zk.Event), log zk.Logger) (*ZKConn, error) {
 	c := &ZKConn{timeout: sessionTimeout, expired: make(chan struct{})}
 	var addrs []string
 	for _, n := range nodes {
@@ -481,7 +515,7 @@ func (z *ZooKeeper) dial(nodes []*ZKNode, sessionTimeout time.Duration, onEvent 
 		}
 	}
 	conn, events, err := zk.Connect(addrs, sessionTimeout,
-		zk.WithLogInfo(false), zk.WithLogger(quietLogger{}), zk.WithEventCallback(cb))
+		zk.WithLogInfo(false), zk.WithLogger(log), zk.WithEventCallback(cb))
 	if err != nil {
 		c.closeProxies()
 		return nil, err
@@ -502,10 +536,13 @@ func (z *ZooKeeper) dial(nodes []*ZKNode, sessionTimeout time.Duration, onEvent 
 	return c, nil
 }
 
-// DialT is Dial for tests: the connection is closed when the test ends.
+// DialT is Dial for tests: the connection is closed when the test ends,
+// and go-zookeeper's lines about it (reconnections, the ends of its loops)
+// go to tb's output, shown when tb fails; Dial's connections log nothing.
 func (z *ZooKeeper) DialT(tb testing.TB, sessionTimeout time.Duration, onEvent func(zk.Event)) *ZKConn {
 	tb.Helper()
-	c, err := z.Dial(sessionTimeout, onEvent)
+	logtest.Capture(tb)
+	c, err := z.dial(z.nodes, sessionTimeout, onEvent, logtest.Logger("zk: "))
 	return must(tb, c, err)
 }
 
