@@ -1,22 +1,26 @@
-# coordkit: `make test` installs the servers (if missing), vets and runs
-# every test with the race detector against real Redis and ZooKeeper, then
-# the chaos checker's short profile (chaos/, a module of its own).
+# coordkit: `make test` installs the servers (if missing) and the pinned Go
+# tools (staticcheck, gotestsum: scripts/tools.sh, into bin/), vets every
+# module (go vet and staticcheck), runs every test with the race detector
+# against real Redis, ZooKeeper, MariaDB and PostgreSQL, then the chaos
+# checker's short profile (chaos/, a module of its own).
 
 GO ?= go
 
-.PHONY: deps test vet demo bench chaos chaos-short chaos-mutants contrib
+.PHONY: deps tools test vet demo bench chaos chaos-short chaos-mutants contrib
 
 deps:
 	./scripts/deps.sh
 
-# Modules of their own beside the root (the library): the CLI and the
-# example programs, which need more than the library's dependencies
-# (client_golang, SQL drivers). test and vet cover them too.
-MODULES := cmd/coordctl examples
+tools:
+	GO=$(GO) ./scripts/tools.sh
 
+# go vet and staticcheck in every module make test tests: the root module
+# (the library), cmd/coordctl and examples/ (modules of their own: they need
+# more than the library's dependencies, client_golang and SQL drivers),
+# contrib/* and chaos (with and without its chaosbroken tag); the list is
+# scripts/vet.sh's, and scripts/vet.sh DIR... vets others.
 vet:
-	$(GO) vet ./...
-	set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	GO=$(GO) ./scripts/vet.sh
 
 # Each step runs even if an earlier one failed; scripts/test.sh ends with a
 # summary and fails if any step did.
@@ -26,7 +30,8 @@ test: deps vet
 # The adapters, each a module of its own (so that their dependencies stay
 # out of the module graph of users who import only the library).
 contrib:
-	set -e; for m in contrib/*/; do (cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); done
+	GO=$(GO) ./scripts/vet.sh contrib/*/
+	set -e; for m in contrib/*/; do (cd $$m && $(GO) test -race -count=1 ./...); done
 
 # The chaos checker's own tests, then every lock backend and the ID workload
 # in client processes under a seeded nemesis, histories checked (at most 3
@@ -34,7 +39,7 @@ contrib:
 # The seed (default 1) is printed; CHAOS_SEED=n draws another schedule.
 CHAOS_SEED ?= 1
 chaos-short:
-	cd chaos && $(GO) vet ./... && $(GO) vet -tags chaosbroken ./...
+	GO=$(GO) ./scripts/vet.sh chaos chaos:chaosbroken
 	cd chaos && $(GO) test -race -count=1 ./...
 	cd chaos && $(GO) run . -profile short -seed $(CHAOS_SEED)
 
