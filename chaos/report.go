@@ -72,6 +72,12 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %d | %d: %s | %s | %s | %s |\n\n", r.Backend, r.Seed, r.Duration,
 		r.Procs, r.Sections, r.IDs, r.FaultTotal, countList(r.Faults), countList(r.Anomalies), countList(r.Documented), r.Linear)
 	fmt.Fprintf(&b, "Other counts: %s; check took %s.\n", countList(r.Info), r.CheckTime)
+	if notes := r.infoNotes(); len(notes) > 0 {
+		fmt.Fprintf(&b, "\nOther counts are information; only anomalies fail a run:\n\n")
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "\nFault kinds not injected before the load phase ended: %s.\n", strings.Join(r.Missing, ", "))
 	}
@@ -95,4 +101,44 @@ func writeReports(dir string, reps []*Report) error {
 		return err
 	}
 	return writeJSON(filepath.Join(dir, "report.json"), reps)
+}
+
+// infoNotes says, for each count among the other counts that reads like a
+// failure, what it counts and why a passing run may show it.
+func (r *Report) infoNotes() []string {
+	var notes []string
+	if n := r.Info[iDupValues]; n > 0 {
+		var doc int
+		for _, k := range []string{dDupDataLoss, dSegDataLoss} {
+			doc += r.Documented[k]
+		}
+		notes = append(notes, fmt.Sprintf("%s %d: every repeat of a value within one part (zk, redis, segment), "+
+			"counted before the checker classifies the values. A value issued again across processes after a Redis "+
+			"restart that lost data (%s, %s) is what the redisid and worker-ID docs allow: %d such values here, counted "+
+			"under documented (%s, %s). Any other duplicated value is a %s anomaly: %d here.",
+			iDupValues, n, fRestartNoData, fRestartSnapshot, doc, dDupDataLoss, dSegDataLoss, aDuplicate, r.Anomalies[aDuplicate]))
+	}
+	if n := r.Info[iLostHolds]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: holds whose Lost channel closed. The nemesis kills, pauses and cuts off "+
+			"servers and clients, and a hold that can no longer be renewed must be reported lost; a run fails only on an "+
+			"overlap nobody was told of in time (%s).", iLostHolds, n, aOverlapUnrep))
+	}
+	if n := r.Info[iLeasesLost]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: worker-ID leases reported lost under the faults; their generators must "+
+			"stop, and a call begun after the loss is an %s anomaly.", iLeasesLost, n, aAfterLoss))
+	}
+	if n := r.Info[iClockBack]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: generator calls refused because the nemesis stepped the process's "+
+			"clock back beyond the tolerance (%s %d): the error the idgen doc promises instead of a duplicate.",
+			iClockBack, n, iClockSteps, r.Info[iClockSteps]))
+	}
+	if n := r.Info[iRefusedFresh]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: writes the resource refused because a newer fencing token had "+
+			"written: fencing doing its job.", iRefusedFresh, n))
+	}
+	if n := r.Info[iDeficit]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: increments overwritten by a stale write, on keys with a documented "+
+			"overlap (%s); without one it is a %s anomaly.", iDeficit, n, dOverlap, aLostUpdate))
+	}
+	return notes
 }
