@@ -22,10 +22,12 @@ tools:
 vet:
 	GO=$(GO) ./scripts/vet.sh
 
-# Each step runs even if an earlier one failed; scripts/test.sh ends with a
-# summary and fails if any step did.
-test: deps vet
-	GO=$(GO) MAKE=$(MAKE) ./scripts/test.sh
+# Each step (vet, the packages of each module, chaos-short) runs even if an
+# earlier one failed; scripts/test.sh prints a line per package as it ends,
+# a failing test's own lines, and a summary at the end, and fails if any
+# step did. STEPS="vet packages" and PKGS=./lock select (see the script).
+test: deps
+	GO=$(GO) CHAOS_SEED=$(CHAOS_SEED) ./scripts/test.sh
 
 # The adapters, each a module of its own (so that their dependencies stay
 # out of the module graph of users who import only the library).

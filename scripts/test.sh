@@ -1,22 +1,54 @@
 #!/usr/bin/env bash
-# make test's steps after deps and vet: every package's tests with the race
-# detector (the root module, then cmd/coordctl and examples/, modules of
-# their own), the adapters (contrib), the chaos checker's short profile. Each
-# step runs even when an earlier one failed; the script ends with one
-# summary (packages passed and failed, which failed, the chaos verdict, the
-# time each step took) and exits non-zero if anything failed.
+# make test's steps after deps: go vet and staticcheck over every module
+# (vet.sh), every package's tests with the race detector (the root module,
+# then cmd/coordctl and examples/, modules of their own, each adapter in
+# contrib/, and the chaos checker's own), and the
+# chaos checker's short profile. Each step runs even when an earlier one
+# failed. While the tests run, gotestsum (pinned in tools.sh) prints a line
+# per package as it ends, numbered against the packages that have tests;
+# at the end of the step, under "=== Failed", each failing test's own lines
+# in full (and a failed package's output outside its tests, such as a
+# leaked goroutine's report), never a passing test's. The script ends with
+# one summary: each step's verdict and time, the failed packages and tests,
+# the chaos verdict, the time taken, and "packages: N passed, M failed"; it
+# exits non-zero if any step failed.
+#
+# Knobs (environment): STEPS, the steps to run, as shell patterns
+# ("vet packages", "contrib/*"; default all); PKGS, the root module's
+# packages to test (default ./...); CHAOS_SEED (default 1); GO.
+# shellcheck disable=SC2317 # the functions run through step
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 GO=${GO:-go}
-MAKE=${MAKE:-make}
-log=$(mktemp -d)/go-test.log
+CHAOS_SEED=${CHAOS_SEED:-1}
+out=$(mktemp -d "${TMPDIR:-/tmp}/coordkit-test-XXXXXX")
+begin=$SECONDS
 status=0
-summary=()
-begin=$(date +%s)
+summary=()     # one line per step
+failed_pkgs=() # "module-relative/package" of every failed package
+failed_tests=()
+passed=0
+chaos_verdict="not run"
 
-step() { # step NAME COMMAND...: runs it, records its verdict and time
-	local name=$1 t0=$SECONDS
+./scripts/tools.sh || exit 1
+gotestsum=$PWD/bin/gotestsum
+
+# step NAME COMMAND...: runs COMMAND unless STEPS leaves NAME out, and
+# records its verdict and time.
+step() {
+	local name=$1 t0=$SECONDS pat selected=${STEPS:+no}
 	shift
+	set -f
+	for pat in ${STEPS:-}; do
+		# shellcheck disable=SC2053 # pat is a pattern
+		[[ $name == $pat ]] && selected=
+	done
+	set +f
+	if [ -n "$selected" ]; then
+		summary+=("skip  $name (not in STEPS)")
+		return
+	fi
+	echo
 	echo "== $name"
 	if "$@"; then
 		summary+=("ok    $name ($((SECONDS - t0)) s)")
@@ -26,35 +58,85 @@ step() { # step NAME COMMAND...: runs it, records its verdict and time
 	fi
 }
 
-# Three packages at a time on two cores: the tests mostly wait on their
-# servers and timers (423 s at the default two, 304 s at three, 2026-11-27).
+# gotest DIR [PKG...]: the tests of the module in DIR (its ./... by
+# default) with the race detector, three packages at a time on two cores
+# (the tests mostly wait on their servers and timers: 423 s at the default
+# two, 304 s at three, 2026-11-27).
 gotest() {
-	$GO test -race -count=1 -p 3 -timeout 20m ./... 2>&1 | tee "$log"
+	local dir=$1 json rc total
+	shift
+	local pkgs=("$@")
+	[ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
+	json=$out/$(echo "$dir" | tr -c 'A-Za-z0-9\n' _).json
+	total=$(cd "$dir" && "$GO" list -e -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' "${pkgs[@]}" | grep -c .)
+	(cd "$dir" && "$gotestsum" --format pkgname --format-icons text --format-hide-empty-pkg \
+		--hide-summary skipped --jsonfile "$json" --raw-command -- \
+		"$GO" test -json -race -count=1 -p 3 -timeout 20m "${pkgs[@]}") | progress "$total"
+	rc=${PIPESTATUS[0]}
+	tally "$dir" "$json"
+	return "$rc"
 }
-# cmd/coordctl and examples/ are modules of their own: their packages go
-# into the same log, and so into the summary's counts.
-modtest() {
-	local rc=0 m
-	for m in cmd/coordctl examples; do
-		(cd "$m" && $GO test -race -count=1 -timeout 20m ./...) 2>&1 | tee -a "$log" || rc=1
-	done
-	return $rc
-}
-step "go test ./... (race)" gotest
-step "go test cmd/coordctl examples (race)" modtest
-step "contrib" $MAKE --no-print-directory contrib
-step "chaos-short" $MAKE --no-print-directory chaos-short
 
-passed=$(grep -cE '^ok[[:space:]]' "$log")
-failed_pkgs=$(grep -E '^FAIL[[:space:]]+[^[:space:]]+' "$log" | awk '{print $2}' | sort -u)
-failed=0
-[ -n "$failed_pkgs" ] && failed=$(echo "$failed_pkgs" | wc -l)
+# progress TOTAL: numbers gotestsum's line for each package as it ends.
+progress() {
+	awk -v total="$1" '/^(PASS|FAIL|SKIP|EMPTY)  [^ ]/ { n++; printf "[%d/%s] %s\n", n, total, $0; fflush(); next }
+		{ print; fflush() }'
+}
+
+# tally DIR JSON: counts the packages that passed and failed in go test's
+# events, and names the failed packages and tests.
+tally() {
+	local dir=$1 json=$2 prefix line
+	prefix=$(cd "$dir" && "$GO" list -m -f '{{.Path}}')/
+	[ -f "$json" ] || return 0
+	passed=$((passed + $(grep -cE '"Action":"pass","Package":"[^"]*","Elapsed"' "$json")))
+	while read -r line; do
+		failed_pkgs+=("${line#"$prefix"}")
+	done < <(sed -nE 's/.*"Action":"fail","Package":"([^"]*)","Elapsed".*/\1/p' "$json" | sort -u)
+	while read -r line; do
+		failed_tests+=("${line#"$prefix"}")
+	done < <(sed -nE 's/.*"Action":"fail","Package":"([^"]*)","Test":"([^"]*)".*/\1 \2/p' "$json")
+}
+
+# chaos_short: the chaos checker's short profile; its verdict per backend
+# from the report headings ("### lock, seed 1: PASS").
+chaos_short() {
+	local rc log=$out/chaos-short.log
+	(cd chaos && "$GO" run . -profile short -seed "$CHAOS_SEED") 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	chaos_verdict=$(sed -nE 's/^### ([^,]+), seed [0-9]+: (PASS|FAIL)$/\1 \2/p' "$log" | paste -sd, - | sed 's/,/, /g')
+	case $rc in
+	0) chaos_verdict="PASS (seed $CHAOS_SEED: $chaos_verdict)" ;;
+	1) chaos_verdict="FAIL, anomalies (seed $CHAOS_SEED: $chaos_verdict)" ;;
+	*) chaos_verdict="FAIL, did not finish: exit $rc (seed $CHAOS_SEED${chaos_verdict:+: $chaos_verdict}); its output: $log" ;;
+	esac
+	return "$rc"
+}
+
+step vet ./scripts/vet.sh
+# shellcheck disable=SC2086 # PKGS is a list
+step packages gotest . ${PKGS:-}
+# Modules of their own: the CLI and the example programs, then the adapters.
+step cmd/coordctl gotest cmd/coordctl
+step examples gotest examples
+for m in contrib/*/; do
+	step "${m%/}" gotest "${m%/}"
+done
+step chaos-tests gotest chaos
+step chaos-short chaos_short
+
 echo
-echo "== summary ($(( $(date +%s) - begin )) s)"
+echo "== summary ($((SECONDS - begin)) s)"
 printf '%s\n' "${summary[@]}"
-if [ -n "$failed_pkgs" ]; then
-	echo "failed packages (their own output is above, under '--- FAIL'):"
-	echo "$failed_pkgs" | sed 's/^/  /'
+if [ ${#failed_pkgs[@]} -gt 0 ]; then
+	echo "failed packages (their failing tests' own lines are above, under '=== Failed' at the end of their step):"
+	printf '  %s\n' "${failed_pkgs[@]}"
 fi
-echo "packages: $passed passed, $failed failed"
+if [ ${#failed_tests[@]} -gt 0 ]; then
+	echo "failed tests:"
+	printf '  %s\n' "${failed_tests[@]}"
+fi
+echo "chaos-short: $chaos_verdict"
+echo "time taken: $(((SECONDS - begin) / 60)) min $(((SECONDS - begin) % 60)) s; output of this run: $out"
+echo "packages: $passed passed, ${#failed_pkgs[@]} failed"
 exit $status
