@@ -6,7 +6,7 @@
 
 GO ?= go
 
-.PHONY: deps tools test vet demo bench chaos chaos-short chaos-mutants contrib
+.PHONY: deps tools test test-stress vet demo bench chaos chaos-short chaos-mutants contrib
 
 deps:
 	./scripts/deps.sh
@@ -28,6 +28,13 @@ vet:
 # step did. STEPS="vet packages" and PKGS=./lock select (see the script).
 test: deps
 	GO=$(GO) CHAOS_SEED=$(CHAOS_SEED) ./scripts/test.sh
+
+# make test 5 times in a row beside a CPU burner on every core, then once
+# pinned to one core (taskset -c 0); each run's time and result in a
+# summary (scripts/test-stress.sh). About an hour on 2 cores: not part of
+# test.
+test-stress: deps
+	MAKE=$(MAKE) ./scripts/test-stress.sh
 
 # The adapters, each a module of its own (so that their dependencies stay
 # out of the module graph of users who import only the library).
