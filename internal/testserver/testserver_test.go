@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -372,5 +375,30 @@ func TestNothingListensAfterClose(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", a, 200*time.Millisecond); err == nil {
 		c.Close()
 		t.Fatal("server still listening after Close")
+	}
+}
+
+// TestFailedStartKeepsLog: a server that exits during start-up fails with
+// an error that names its log file and quotes the server's own complaint;
+// the file stays (the rest of the server's directory is removed).
+func TestFailedStartKeepsLog(t *testing.T) {
+	_, err := testserver.NewRedis(testserver.WithRedisArgs("--no-such-directive", "x"))
+	if err == nil {
+		t.Fatal("redis-server started with an unknown directive")
+	}
+	m := regexp.MustCompile(`\(log: (\S+redis\.log)\)`).FindStringSubmatch(err.Error())
+	if m == nil || !strings.Contains(err.Error(), "no-such-directive") {
+		t.Fatalf("error names no log or lacks the server's complaint: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(m[1])) })
+	b, rerr := os.ReadFile(m[1])
+	if rerr != nil || !strings.Contains(string(b), "no-such-directive") {
+		t.Fatalf("log %s: %v: %q", m[1], rerr, b)
+	}
+	ents, _ := os.ReadDir(filepath.Dir(m[1]))
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".log") {
+			t.Errorf("%s left beside the log", e.Name())
+		}
 	}
 }
