@@ -5,7 +5,7 @@
 # contrib/, and the chaos checker's own), and the
 # chaos checker's short profile. Each step runs even when an earlier one
 # failed. While the tests run, gotestsum (pinned in tools.sh) prints a line
-# per package as it ends, numbered against the packages that have tests;
+# per package as it ends, numbered against the packages to test;
 # at the end of the step, under "=== Failed", each failing test's own lines
 # in full (and a failed package's output outside its tests, such as a
 # leaked goroutine's report), never a passing test's. The script ends with
@@ -68,8 +68,8 @@ gotest() {
 	local pkgs=("$@")
 	[ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
 	json=$out/$(echo "$dir" | tr -c 'A-Za-z0-9\n' _).json
-	total=$(cd "$dir" && "$GO" list -e -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' "${pkgs[@]}" | grep -c .)
-	(cd "$dir" && "$gotestsum" --format pkgname --format-icons text --format-hide-empty-pkg \
+	total=$(cd "$dir" && "$GO" list -e "${pkgs[@]}" | grep -c .)
+	(cd "$dir" && "$gotestsum" --format pkgname --format-icons text \
 		--hide-summary skipped --jsonfile "$json" --raw-command -- \
 		"$GO" test -json -race -count=1 -p 3 -timeout 20m "${pkgs[@]}") | progress "$total"
 	rc=${PIPESTATUS[0]}
@@ -77,9 +77,10 @@ gotest() {
 	return "$rc"
 }
 
-# progress TOTAL: numbers gotestsum's line for each package as it ends.
+# progress TOTAL: numbers gotestsum's line for each package as it ends
+# (SKIP: a package without tests).
 progress() {
-	awk -v total="$1" '/^(PASS|FAIL|SKIP|EMPTY)  [^ ]/ { n++; printf "[%d/%s] %s\n", n, total, $0; fflush(); next }
+	awk -v total="$1" '/^(PASS|FAIL|SKIP)  [^ ]/ { n++; printf "[%d/%s] %s\n", n, total, $0; fflush(); next }
 		{ print; fflush() }'
 }
 
