@@ -9,8 +9,6 @@ package modgraph_test
 import (
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -38,9 +36,10 @@ const root = "../.."
 // goCmd runs the go command in the root module and returns its stdout.
 func goCmd(t *testing.T, args ...string) string {
 	t.Helper()
+	// go test puts its own GOROOT/bin first on the test's PATH.
 	bin, err := exec.LookPath("go")
 	if err != nil {
-		bin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("the go command is not on PATH: %v", err)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = root
