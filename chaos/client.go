@@ -190,7 +190,7 @@ func parseKeyLives(s string) (map[string]time.Duration, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		d, err := time.ParseDuration(v)
 		if !ok || k == "" || err != nil || d <= 0 {
-			return nil, fmt.Errorf("chaos client: -long-keys %q: want key=duration,...", s)
+			return nil, fmt.Errorf("chaos client: -long-keys %q: want key=duration[,key=duration]", s)
 		}
 		m[k] = d
 	}

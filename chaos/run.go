@@ -84,10 +84,7 @@ func (c runConfig) keyNames() []string {
 	for i := range c.keys {
 		ks = append(ks, fmt.Sprintf("k%d", i))
 	}
-	for _, k := range sortedKeys(c.keyLives()) {
-		ks = append(ks, k)
-	}
-	return ks
+	return append(ks, sortedKeys(c.keyLives())...)
 }
 
 // durFor is the load phase of backend b: flag (if set), the profile's
