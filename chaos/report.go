@@ -123,6 +123,22 @@ func (r *Report) infoNotes() []string {
 			"servers and clients, and a hold that can no longer be renewed must be reported lost; a run fails only on an "+
 			"overlap nobody was told of in time (%s).", iLostHolds, n, aOverlapUnrep))
 	}
+	for _, k := range []string{iTimeouts, iAmbiguousAcq} {
+		if n := r.Info[k]; n > 0 {
+			what := "acquisitions that gave up (their deadline, or not obtained)"
+			if k == iAmbiguousAcq {
+				what = "acquisitions that ended in another error (a server down or cut off)"
+			}
+			notes = append(notes, fmt.Sprintf("%s %d: %s under the faults. A failed acquisition never gave its "+
+				"caller a critical section; what its request left on a server can only delay others, which the "+
+				"liveness checks bound (%s, %s).", k, n, what, aStuck, aLiveness))
+		}
+	}
+	if n := r.Info[iReentryFail]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: nested lock.Do calls that ended in an error (their hold lost or a "+
+			"server unreachable); a nested level that got another token than its hold's is a %s anomaly.",
+			iReentryFail, n, aReentryToken))
+	}
 	if n := r.Info[iLeasesLost]; n > 0 {
 		notes = append(notes, fmt.Sprintf("%s %d: worker-ID leases reported lost under the faults; their generators must "+
 			"stop, and a call begun after the loss is an %s anomaly.", iLeasesLost, n, aAfterLoss))

@@ -26,6 +26,20 @@ func TestReportExplainsCounts(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
+	lk := &Report{Backend: "lock", Seed: 1, Pass: true,
+		Info: map[string]int64{iTimeouts: 7, iAmbiguousAcq: 2, iReentryFail: 1, iLostHolds: 4}}
+	md = lk.Markdown()
+	for _, want := range []string{
+		"- acquire-timeout 7: acquisitions that gave up",
+		"- acquire-ambiguous 2: acquisitions that ended in another error",
+		"(key-stuck-after-heal, liveness-bound-exceeded)",
+		"- reentry-failed 1: ",
+		"- holds-lost 4: ",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
 	quiet := &Report{Backend: "lock", Seed: 1, Pass: true, Info: map[string]int64{iReentries: 4}}
 	if md := quiet.Markdown(); strings.Contains(md, "only anomalies fail") {
 		t.Errorf("notes without a count that needs one:\n%s", md)
