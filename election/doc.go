@@ -9,6 +9,52 @@
 // so the job is one that runs until its ctx ends. A one-off (send the
 // nightly report once) takes one term: Campaign, the work, Resign.
 //
+// A job that runs for as long as its instance leads (the common case): Run
+// calls it once per term, with a ctx that ends with the term:
+//
+//	e, err := election.New(locker, "outbox-drainer") // any lock.Locker
+//	if err != nil {
+//		return err
+//	}
+//	err = e.Run(ctx, func(ctx context.Context, term *election.Term) error {
+//		return drainOutbox(ctx, term.Token()) // returns when ctx ends: the lead lost, or Run's ctx done
+//	})
+//
+// A one-off (send the nightly report once) takes one term and resigns it:
+//
+//	term, err := e.Campaign(ctx) // waits until this instance leads
+//	if err != nil {
+//		return err
+//	}
+//	defer term.Resign(ctx)
+//	return sendReport(ctx)
+//
+// A function given to Run that returns nil ends its term, and Run campaigns
+// again after WithRetryPeriod (1 s): a one-shot job there would run every
+// second. The options that matter: WithTTL (how long a crashed leader keeps the
+// others waiting; default the locker's), WithRetryPeriod, WithIdentity (what
+// Leader reports), WithCallbacks (Kubernetes-style OnStartedLeading,
+// OnStoppedLeading, OnNewLeader).
+//
+// # Guarantees
+//
+//   - At most one term is live at a time as far as the lock's own guarantee
+//     goes: a term ends (Done closes) no later than the lock reports its
+//     lease lost, which each backend bounds (lock: within the TTL of the
+//     last renewal; redlock: within TTL − drift; zklock: within the
+//     session's window; sqllock: a session lock at the next check, TTL/3,
+//     after its session ended, and within the TTL of the last check when
+//     the database cannot be reached; the lease table within the TTL of
+//     the last renewal). Two instances can both believe they lead only
+//     while a paused or cut-off leader has not yet seen Done: exactly the
+//     window in which its lock could be held by another.
+//   - Term tokens are the lock's fencing tokens: every term's is larger than
+//     every earlier term's. Have the resources a leader writes to refuse a
+//     token below the last one they saw, and a deposed leader's late writes
+//     are refused.
+//   - Leader is a read at one moment: by the time it returns the leader may
+//     have changed. It is for display and routing, not for exclusion.
+//
 // # Algorithm
 //
 // A term is a hold of the election's key. Campaign obtains the key with an
@@ -35,25 +81,6 @@
 // ZooKeeper the lock node's data, on SQL the owner column of the lock's
 // fencing row or lease row) and returns the identity part of the owner;
 // Observe and Run's OnNewLeader callback poll it every observe period.
-//
-// # Guarantees
-//
-//   - At most one term is live at a time as far as the lock's own guarantee
-//     goes: a term ends (Done closes) no later than the lock reports its
-//     lease lost, which each backend bounds (lock: within the TTL of the
-//     last renewal; redlock: within TTL − drift; zklock: within the
-//     session's window; sqllock: a session lock at the next check, TTL/3,
-//     after its session ended, and within the TTL of the last check when
-//     the database cannot be reached; the lease table within the TTL of
-//     the last renewal). Two instances can both believe they lead only
-//     while a paused or cut-off leader has not yet seen Done: exactly the
-//     window in which its lock could be held by another.
-//   - Term tokens are the lock's fencing tokens: every term's is larger than
-//     every earlier term's. Have the resources a leader writes to refuse a
-//     token below the last one they saw, and a deposed leader's late writes
-//     are refused.
-//   - Leader is a read at one moment: by the time it returns the leader may
-//     have changed. It is for display and routing, not for exclusion.
 //
 // # When not to use it
 //

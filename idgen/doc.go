@@ -3,6 +3,41 @@
 // (v4, v7), fixed-width decimal serial numbers, and nanosecond keys for one
 // process; and it encodes int64 IDs as decimal, base32 and base58 text.
 //
+// A Snowflake generator needs a worker number unique among the generators
+// running at once (package workerid leases one):
+//
+//	ids, err := idgen.NewSnowflake(idgen.LayoutTwitter, 7) // worker 7
+//	if err != nil {
+//		return err
+//	}
+//	id, err := ids.Next()                 // unique, increasing, no I/O
+//	fmt.Println(idgen.EncodeBase58(id))   // or keep the int64; idgen.ID for JSON and SQL
+//	oid := idgen.NewObjectID()            // MongoDB ObjectID
+//	u, err := idgen.NewUUIDv7()           // time-ordered UUID
+//
+// The options that matter: WithHighWater (start above a stored mark, see
+// OpenSnowflake and Checkpoint), WithTolerance (how far back a clock step is
+// waited out, DefaultTolerance 5 ms), WithLease (stop when a worker lease is
+// lost), WithClock (the injectable clock, default time.Now), WithMetrics and
+// WithLogger.
+//
+// # Guarantees
+//
+// IDs from one Snowflake strictly increase across all goroutines and never
+// repeat. The generator keeps one atomic word, the tick and sequence of the
+// last ID, and publishes each ID with a compare-and-swap (no lock; Next makes
+// no allocation): the CAS order is the issue order, and every CAS makes the
+// word larger. Two generators never issue the same ID as long as they run with
+// different worker numbers (leasing worker numbers is the caller's or another
+// package's job) and each starts above what its worker issued before (see
+// High-water mark).
+//
+// When a tick's sequence is used up, Next waits for the next tick: it sleeps
+// (nanosleep on Linux, which wakes within about 0.1 ms, where Go's timers round
+// sub-millisecond sleeps up to a millisecond) until shortly before the tick,
+// then yields until it. It does not burn a core for the tick, yet keeps up
+// with the 4,096,000 IDs/s a 12-bit sequence allows at 1 ms.
+//
 // # Snowflake
 //
 // A Snowflake ID is a non-negative int64 made of the time since an epoch in
@@ -33,23 +68,6 @@
 // compute the last two columns for any layout (the package tests check the
 // table against them). Layout.Decompose splits an ID into time, worker
 // (datacenter, machine) and sequence; Layout.Compose builds one.
-//
-// # Guarantees
-//
-// IDs from one Snowflake strictly increase across all goroutines and never
-// repeat. The generator keeps one atomic word, the tick and sequence of the
-// last ID, and publishes each ID with a compare-and-swap (no lock; Next makes
-// no allocation): the CAS order is the issue order, and every CAS makes the
-// word larger. Two generators never issue the same ID as long as they run with
-// different worker numbers (leasing worker numbers is the caller's or another
-// package's job) and each starts above what its worker issued before (see
-// High-water mark).
-//
-// When a tick's sequence is used up, Next waits for the next tick: it sleeps
-// (nanosleep on Linux, which wakes within about 0.1 ms, where Go's timers round
-// sub-millisecond sleeps up to a millisecond) until shortly before the tick,
-// then yields until it. It does not burn a core for the tick, yet keeps up
-// with the 4,096,000 IDs/s a 12-bit sequence allows at 1 ms.
 //
 // # Clock steps
 //

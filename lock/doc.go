@@ -6,6 +6,82 @@
 // WATCH/MULTI/EXEC helper (Optimistic, Update) for the read-modify-writes
 // that need no lock at all.
 //
+// Take a lock for the length of a function with Do; the function's ctx is
+// cancelled if the lease is lost:
+//
+//	locker := lock.New(rdb) // rdb: a go-redis v9 client (Client, ClusterClient, FailoverClient)
+//	err := lock.Do(ctx, locker, "withdraw:user-42", func(ctx context.Context) error {
+//		// context.Cause(ctx) matches lock.ErrLockLost (and why) if the lease is lost.
+//		return withdraw(ctx, "user-42", 100)
+//	}, lock.WithTTL(10*time.Second))
+//
+// or hold a Lease by hand, and pass its fencing token to the resource:
+//
+//	lease, err := locker.Obtain(ctx, "report:daily") // waits until held or ctx ends
+//	if err != nil {
+//		return err // errors.Is(err, lock.ErrNotObtained) when ctx ended first
+//	}
+//	defer lease.Release(ctx)
+//	_ = lease.Token() // strictly larger for every new hold of the key
+//
+// The options that matter: WithTTL per call (default DefaultTTL, 30 s, or the
+// Client's WithDefaultTTL; the lease is renewed every TTL/3 while held, so the
+// TTL is how long a crashed holder blocks the key), WithFair (waiters of every
+// client served in arrival order), WithPrefix (the Redis keys' prefix,
+// "coordkit:lock:"), WithHolderMeta (who holds it, for coordctl lock inspect),
+// WithMetrics and WithLogger. NewSimple is the plain SET NX PX lock, NewRW a
+// read-write lock; Optimistic and Update need no lock. The same code runs on
+// redlock.New, zklock.New and sqllock's constructors: they all implement Locker.
+// Redis 6.2 or later is required.
+//
+// # Guarantees
+//
+// Mutual exclusion holds while the holder's process and the Redis server
+// agree on elapsed time within the TTL and Redis does not lose the write.
+// What each failure does, and what the user sees:
+//
+//   - Redis restarts without the lock, from an older snapshot, or loses the
+//     tail of an everysec AOF; a failover promotes a replica that had not
+//     received the lock; the lock's hash is deleted (an eviction, a manual
+//     DEL, ForceRelease): another owner can take the lock while the old
+//     holder still runs. The old holder's Lost closes at its next renewal
+//     (TTL/3) at the latest, at once if its owner obtains the key again
+//     through the same Client (a nested Do or Obtain: that is a new hold
+//     with a new token, never a level of the lost one; see Hold identity).
+//     Fencing tokens stay strictly increasing (see Fencing), so the
+//     protected resource refuses the stale holder. WithWaitReplicas
+//     narrows the failover window.
+//   - The holder's process pauses (GC, SIGSTOP) past the TTL: the lock
+//     expires and another owner takes it; the old holder's Lost closes when
+//     the watchdog runs again (renewal answers "not held", or a whole TTL
+//     passed since the last successful renewal). Its later writes carry the
+//     older token. If it releases first and Redis does not answer, the
+//     release reports the loss (ErrNotHeld, Lost closes): its deadline had
+//     passed by its own clock.
+//   - The answer to an acquisition is held up (a congested or half-open
+//     link, the process stopped while it waited) until after the TTL has
+//     run from the moment it was sent: Redis may have expired the hold and
+//     given it to another owner by then. Obtain never returns such a lease
+//     (Client and Simple alike): it releases it and tries again, or TryObtain
+//     returns ErrNotObtained. A lease Obtain returns was held in Redis, by
+//     the client's clock, at the moment it returned.
+//   - A reply is lost and go-redis (or the caller) sends the command again:
+//     no effect beyond the first run (see Resent commands).
+//   - The connection to Redis is cut: renewals fail; Lost closes a TTL
+//     after the start of the last successful renewal, before Redis expires
+//     the key (the TTL is counted in whole milliseconds on both sides).
+//   - The Redis host's clock jumps: key expiry follows it, so a forward jump
+//     can expire the lock early (two holders until the next renewal), and a
+//     backward jump after a data loss can repeat the tokens of the jump.
+//
+// Redlock (package redlock) or ZooKeeper (package zklock) remove the single
+// point of failure.
+//
+// Liveness: a lock whose holder vanished is free at most TTL later; a waiter
+// that vanished is skipped at most one waiter timeout later. Without fair
+// mode a waiter can starve under constant barging; in fair mode it is served
+// after the waiters queued before it.
+//
 // # Redis key schema
 //
 // For a lock named key, with the client's prefix P (DefaultPrefix,
@@ -207,54 +283,6 @@
 // waiter's metadata waits under its entry in P{key}:qtm, and the release
 // that grants it the lock moves it into the new hold (a release by a
 // client of an older version leaves the grant without it).
-//
-// # Safety and liveness
-//
-// Mutual exclusion holds while the holder's process and the Redis server
-// agree on elapsed time within the TTL and Redis does not lose the write.
-// What each failure does, and what the user sees:
-//
-//   - Redis restarts without the lock, from an older snapshot, or loses the
-//     tail of an everysec AOF; a failover promotes a replica that had not
-//     received the lock; the lock's hash is deleted (an eviction, a manual
-//     DEL, ForceRelease): another owner can take the lock while the old
-//     holder still runs. The old holder's Lost closes at its next renewal
-//     (TTL/3) at the latest, at once if its owner obtains the key again
-//     through the same Client (a nested Do or Obtain: that is a new hold
-//     with a new token, never a level of the lost one; see Hold identity).
-//     Fencing tokens stay strictly increasing (see Fencing), so the
-//     protected resource refuses the stale holder. WithWaitReplicas
-//     narrows the failover window.
-//   - The holder's process pauses (GC, SIGSTOP) past the TTL: the lock
-//     expires and another owner takes it; the old holder's Lost closes when
-//     the watchdog runs again (renewal answers "not held", or a whole TTL
-//     passed since the last successful renewal). Its later writes carry the
-//     older token. If it releases first and Redis does not answer, the
-//     release reports the loss (ErrNotHeld, Lost closes): its deadline had
-//     passed by its own clock.
-//   - The answer to an acquisition is held up (a congested or half-open
-//     link, the process stopped while it waited) until after the TTL has
-//     run from the moment it was sent: Redis may have expired the hold and
-//     given it to another owner by then. Obtain never returns such a lease
-//     (Client and Simple alike): it releases it and tries again, or TryObtain
-//     returns ErrNotObtained. A lease Obtain returns was held in Redis, by
-//     the client's clock, at the moment it returned.
-//   - A reply is lost and go-redis (or the caller) sends the command again:
-//     no effect beyond the first run (see Resent commands).
-//   - The connection to Redis is cut: renewals fail; Lost closes a TTL
-//     after the start of the last successful renewal, before Redis expires
-//     the key (the TTL is counted in whole milliseconds on both sides).
-//   - The Redis host's clock jumps: key expiry follows it, so a forward jump
-//     can expire the lock early (two holders until the next renewal), and a
-//     backward jump after a data loss can repeat the tokens of the jump.
-//
-// Redlock (package redlock) or ZooKeeper (package zklock) remove the single
-// point of failure.
-//
-// Liveness: a lock whose holder vanished is free at most TTL later; a waiter
-// that vanished is skipped at most one waiter timeout later. Without fair
-// mode a waiter can starve under constant barging; in fair mode it is served
-// after the waiters queued before it.
 //
 // # When not to use it
 //

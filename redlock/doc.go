@@ -4,6 +4,81 @@
 // the lock of package lock to two clients, while a Redlock holds as long
 // as a majority of its masters keep their data and their clocks.
 //
+// Give New one client per independent master (an odd number, usually 3 or 5)
+// and use it as any lock.Locker:
+//
+//	locker, err := redlock.New(masters, redlock.WithNodeTimeout(100*time.Millisecond))
+//	if err != nil {
+//		return err
+//	}
+//	defer locker.Close()
+//	err = lock.Do(ctx, locker, "pay:9", func(ctx context.Context) error {
+//		return withdraw(ctx, "user-9", 10) // ctx is cancelled if the quorum is lost
+//	})
+//
+// redlock.Masters(c1, c2, c3) turns typed go-redis clients into the slice. The
+// options that matter: WithNodeTimeout (each master's time to answer an
+// acquisition, DefaultNodeTimeout 20 ms; 100–250 ms on a loaded host),
+// WithDefaultTTL (DefaultTTL, 10 s) or lock.WithTTL per call, WithEvenMasters
+// (to accept an even number of masters), WithHolderMeta, WithMetrics and
+// WithLogger. Every master must run Redis 6.2 or later.
+//
+// # Guarantees
+//
+// Mutual exclusion holds while a majority of the masters keep the lock's keys,
+// and while the holder's process, the network and the masters' clocks agree on
+// elapsed time within the drift: the lease is trusted for TTL − elapsed − drift
+// from the start of the acquisition (and of each renewal), and Lost() closes
+// when that runs out without a renewal. A process paused for longer than that
+// (GC, swap, SIGSTOP) may still act after its lock expired: only the fencing
+// token, checked by the protected resource, stops it. When it resumes, it
+// learns of the loss from Lost, or from Release: a release begun after the
+// deadline that no quorum confirms reports the hold lost (lock.ErrNotHeld, Lost
+// closes), and an inner level's release begun after it does too. Key expiry
+// follows each master's wall clock: a clock jump on a master shortens or
+// stretches its TTLs.
+//
+// A master restarted without its data (no persistence, or
+// appendfsync everysec losing the last second) forgets the locks it
+// granted. With N = 3, one such restart leaves a holder on 2 of 3 masters
+// and another client still cannot reach a quorum; a second master losing
+// its data lets a second client obtain the lock while the first still
+// believes it holds it (its next renewal finds the lock gone on 2 of 3
+// masters and Lost() closes; its token is smaller than the new holder's).
+// The tests show exactly this. A lock hash deleted on a master (an
+// eviction, a manual DEL) is lost the same way: deleted on a majority, it
+// lets another client obtain the lock, and the holder's Lost closes at its
+// next renewal (TTL/3), which finds it gone. Re-entry through the same
+// Client is counted in process and asks no master, so it does not find
+// the loss out sooner, and it never revives the lost hold: the nested
+// lease carries the hold's token and shares its Lost. Redis's Redlock
+// description gives the remedies: persist with appendfsync always, or
+// keep a crashed master down for at least the largest TTL in use before
+// it rejoins (delayed restart), so that every lock it knew has expired
+// anyway.
+//
+// A failed attempt's release on the masters that said they hold it waits
+// for their answers (up to 20 × the node timeout per master) before the
+// next attempt; on the silent ones and those that answered with an error
+// it runs in the background, within the same bound. A master stalled for
+// longer than that (SIGSTOP, swap) may still run the stale acquisition
+// after its release; releases name their level, so that stale level never costs
+// another hold's level, but it stays on that master until its TTL runs out
+// (the owner's later holds there renew the hash and so keep it, until
+// they end).
+//
+// Liveness: a lock whose holder vanished is free at most TTL later on every
+// master; fewer than a quorum of live masters means no lock at all (Obtain
+// waits, backing off, until its ctx ends), and locks work again as soon as
+// a quorum is back. Waiters are woken in queue order per master but, as in
+// package lock without fair mode, a releaser may take the lock again first;
+// split votes between contenders are resolved by the random jitter. An
+// acquisition given up at the node timeout may still reach its master after
+// the release that undoes it (Redis reads the two on different
+// connections); that master then keeps the failed attempt's hold until its
+// TTL. A node timeout well above the clients' scheduling delays keeps this
+// rare.
+//
 // # Algorithm
 //
 // Every master runs the reentrant hash lock of package lock, one server at
@@ -171,62 +246,6 @@
 //	P{key}:qt         zset    waiter id -> deadline (server time, ms)
 //	P{key}:r:<req>    string  answer of one release or hand-off, kept for the release window
 //	P wake:<client>   channel one per Client; a message is the id of the waiter to wake
-//
-// # Safety and liveness
-//
-// Mutual exclusion holds while a majority of the masters keep the lock's keys,
-// and while the holder's process, the network and the masters' clocks agree on
-// elapsed time within the drift: the lease is trusted for TTL − elapsed − drift
-// from the start of the acquisition (and of each renewal), and Lost() closes
-// when that runs out without a renewal. A process paused for longer than that
-// (GC, swap, SIGSTOP) may still act after its lock expired: only the fencing
-// token, checked by the protected resource, stops it. When it resumes, it
-// learns of the loss from Lost, or from Release: a release begun after the
-// deadline that no quorum confirms reports the hold lost (lock.ErrNotHeld, Lost
-// closes), and an inner level's release begun after it does too. Key expiry
-// follows each master's wall clock: a clock jump on a master shortens or
-// stretches its TTLs.
-//
-// A master restarted without its data (no persistence, or
-// appendfsync everysec losing the last second) forgets the locks it
-// granted. With N = 3, one such restart leaves a holder on 2 of 3 masters
-// and another client still cannot reach a quorum; a second master losing
-// its data lets a second client obtain the lock while the first still
-// believes it holds it (its next renewal finds the lock gone on 2 of 3
-// masters and Lost() closes; its token is smaller than the new holder's).
-// The tests show exactly this. A lock hash deleted on a master (an
-// eviction, a manual DEL) is lost the same way: deleted on a majority, it
-// lets another client obtain the lock, and the holder's Lost closes at its
-// next renewal (TTL/3), which finds it gone. Re-entry through the same
-// Client is counted in process and asks no master, so it does not find
-// the loss out sooner, and it never revives the lost hold: the nested
-// lease carries the hold's token and shares its Lost. Redis's Redlock
-// description gives the remedies: persist with appendfsync always, or
-// keep a crashed master down for at least the largest TTL in use before
-// it rejoins (delayed restart), so that every lock it knew has expired
-// anyway.
-//
-// A failed attempt's release on the masters that said they hold it waits
-// for their answers (up to 20 × the node timeout per master) before the
-// next attempt; on the silent ones and those that answered with an error
-// it runs in the background, within the same bound. A master stalled for
-// longer than that (SIGSTOP, swap) may still run the stale acquisition
-// after its release; releases name their level, so that stale level never costs
-// another hold's level, but it stays on that master until its TTL runs out
-// (the owner's later holds there renew the hash and so keep it, until
-// they end).
-//
-// Liveness: a lock whose holder vanished is free at most TTL later on every
-// master; fewer than a quorum of live masters means no lock at all (Obtain
-// waits, backing off, until its ctx ends), and locks work again as soon as
-// a quorum is back. Waiters are woken in queue order per master but, as in
-// package lock without fair mode, a releaser may take the lock again first;
-// split votes between contenders are resolved by the random jitter. An
-// acquisition given up at the node timeout may still reach its master after
-// the release that undoes it (Redis reads the two on different
-// connections); that master then keeps the failed attempt's hold until its
-// TTL. A node timeout well above the clients' scheduling delays keeps this
-// rare.
 //
 // # When not to use it
 //

@@ -7,6 +7,47 @@
 // contract: Client implements lock.Locker, so lock.Do runs a function
 // under a permit ("at most 10 calls to a rate-limited partner at once").
 //
+// At most 10 calls to a partner at once, on Redis:
+//
+//	sem := semaphore.New(rdb, semaphore.WithPermits(10))
+//	defer sem.Close()
+//	err := lock.Do(ctx, sem, "partner-api", func(ctx context.Context) error {
+//		return withdraw(ctx, "partner", 1) // holds one permit; ctx ends if it is lost
+//	})
+//
+// Acquire and TryAcquire return a *Permit for code that wants the permit itself;
+// SetPermits changes N for every client at run time. The options that matter:
+// WithPermits (N for a semaphore never set with SetPermits, default 1),
+// WithDefaultTTL (DefaultTTL) or lock.WithTTL per call, WithPrefix,
+// WithMetrics and WithLogger; NewZK with WithZKPermits for ZooKeeper. Redis 6.2
+// or later is required.
+//
+// # Guarantees
+//
+// At most N permits are held at any moment by Redis's clock, granted ones
+// included, N being the value at the moment of each acquisition or grant (a smaller N takes effect as
+// permits come back; a larger one at once). A holder learns of a permit
+// it no longer has no later than TTL after the send of its last successful
+// renewal, before Redis can give the permit to another (the expiry is
+// counted from Redis's clock at the script, after the send). A release
+// that begins after that deadline (on the client's clock: the process was
+// stopped or starved past it) and gets no answer from Redis reports the
+// permit lost (Lost closes, the error matches lock.ErrNotHeld), since it
+// may be another holder's by then; before the deadline an unanswered
+// release is a plain error, and the permit expires after its TTL. As for every
+// Redis lock: a single Redis that loses data (a restart without
+// persistence, a failover to a lagging replica) can let more than N in;
+// fencing tokens still increase.
+//
+// On ZooKeeper (ZK), at most N permits are handed out, N being the value
+// each acquisition read under the acquirers' mutex: the count and the
+// create are made under the mutex, and an acquisition that cannot show it
+// held the mutex throughout (its session expired in between, so another
+// acquirer may have taken the last permit) deletes the permit it created
+// and fails with an error matching lock.ErrLockLost. Until that deletion
+// the node is counted by other acquisitions, which then wait rather than
+// take one too many.
+//
 // # Redis key schema
 //
 // For a semaphore named name, with the client's prefix P (DefaultPrefix,
@@ -68,32 +109,6 @@
 // now + its TTL (a grant's: now + the grant TTL, which the taker's
 // acquisition and renewals only lengthen, the grant TTL being at most the
 // TTL).
-//
-// # Guarantees
-//
-// At most N permits are held at any moment by Redis's clock, granted ones
-// included, N being the value at the moment of each acquisition or grant (a smaller N takes effect as
-// permits come back; a larger one at once). A holder learns of a permit
-// it no longer has no later than TTL after the send of its last successful
-// renewal, before Redis can give the permit to another (the expiry is
-// counted from Redis's clock at the script, after the send). A release
-// that begins after that deadline (on the client's clock: the process was
-// stopped or starved past it) and gets no answer from Redis reports the
-// permit lost (Lost closes, the error matches lock.ErrNotHeld), since it
-// may be another holder's by then; before the deadline an unanswered
-// release is a plain error, and the permit expires after its TTL. As for every
-// Redis lock: a single Redis that loses data (a restart without
-// persistence, a failover to a lagging replica) can let more than N in;
-// fencing tokens still increase.
-//
-// On ZooKeeper (ZK), at most N permits are handed out, N being the value
-// each acquisition read under the acquirers' mutex: the count and the
-// create are made under the mutex, and an acquisition that cannot show it
-// held the mutex throughout (its session expired in between, so another
-// acquirer may have taken the last permit) deletes the permit it created
-// and fails with an error matching lock.ErrLockLost. Until that deletion
-// the node is counted by other acquisitions, which then wait rather than
-// take one too many.
 //
 // # When not to use it
 //

@@ -15,12 +15,80 @@
 //     so it works through connection poolers (PgBouncer in transaction
 //     mode, ProxySQL), where session locks do not.
 //
+// Open the database with the driver of your choice and build a Client:
+//
+//	db, err := sql.Open("pgx", "postgres://app@db/app") // or "mysql" (go-sql-driver), and NewMySQL
+//	if err != nil {
+//		return err
+//	}
+//	locker, err := sqllock.NewPostgres(db) // or sqllock.NewLeaseTable(db, sqllock.Postgres)
+//	if err != nil {
+//		return err
+//	}
+//	defer locker.Close()
+//	if err := locker.CreateTable(ctx); err != nil { // once, or the DDL below in a migration
+//		return err
+//	}
+//	err = lock.Do(ctx, locker, "withdraw:user-42", func(ctx context.Context) error {
+//		return withdraw(ctx, "user-42", 100)
+//	})
+//
+// The options that matter: WithDefaultTTL (DefaultTTL, 30 s: how often a
+// session lock proves it is still held, TTL/3, and how long a lease-table row
+// lives without renewal), WithTable (the fencing or lease table), WithPrefix,
+// WithMetrics and WithLogger. MySQL 8, MariaDB 10.5 or PostgreSQL 12 or later
+// are required.
+//
 // Both give every acquisition a fencing token, re-enter for the owner in
 // ctx (lock.WithOwner; lock.Do adds one) on the same Client (another
 // Client, or process, with the same owner waits like any other owner),
 // renew or check through package
 // watchdog, close Lost and cancel lock.Do's ctx when the lock is lost, and
 // report to lock.Metrics and a *slog.Logger like every coordkit lock.
+//
+// # Guarantees
+//
+// Mutual exclusion holds while the database is one server (or a
+// synchronous primary), the holder's process and the database agree on the
+// passing of time within the TTL, and the database's clock does not jump:
+//
+//   - The holder's process pauses past its TTL (GC, SIGSTOP): a session
+//     lock stays held (the server knows nothing of the pause) unless its
+//     connection ended meanwhile, in which case the next owner waited for
+//     the row's expiry; a lease-table row expires and is taken over. Lost
+//     closes when the watchdog runs again; later writes carry the older
+//     token.
+//   - The database is paused: nobody acquires anything; the holder's Lost
+//     closes a TTL after its last successful check or renewal, and its
+//     session lock's connection is closed, so the server frees the lock
+//     once it runs again.
+//   - The database crashes and restarts: session locks end, and the next
+//     owner waits for the row's expiry (committed, so it survives the
+//     crash with InnoDB and PostgreSQL's durable defaults); the lease table
+//     keeps its rows and its holders renew them once the server is back.
+//   - A connection is cut or killed: a session lock is lost at the next
+//     check (TTL/3), and passes on after the row's expiry; the lease table
+//     reconnects and is not affected.
+//   - The holder is partitioned from the database (nothing gets through,
+//     the connection stays open): a session lock is lost a TTL after its
+//     last check, and its connection closed; the server keeps the session,
+//     and the lock, until it hears of the close (when the link heals) or
+//     gives up on the connection itself (TCP keepalive, wait_timeout,
+//     idle_session_timeout): safe, but the lock is unavailable meanwhile.
+//   - An asynchronous replica promoted after a failover may lack the last
+//     acquisitions: the lease table's rows and the tokens' clock floor
+//     follow the new primary, session locks are gone with the old one.
+//     Fencing tokens stay increasing unless the new primary's clock is
+//     behind.
+//
+// Liveness: a lock whose holder released is free at once; one whose holder
+// vanished is free at most a TTL after its last check or renewal. A
+// session lock's waiters are served by the server (MariaDB and PostgreSQL
+// grant waiters, as a rule, in the order they queued); lease-table waiters race, and one can
+// starve under constant contention. Each hold of a session lock, and each
+// Client's waiter at the front of a key's line, occupies a connection of
+// the pool (db.SetMaxOpenConns bounds them; Obtain then waits for a free
+// one, within ctx).
 //
 // # Schema
 //
@@ -191,50 +259,6 @@
 // restored from an older backup, starts again above every token issued
 // before, since no key is taken a million times a second). Re-entry
 // returns the hold's token.
-//
-// # Guarantees
-//
-// Mutual exclusion holds while the database is one server (or a
-// synchronous primary), the holder's process and the database agree on the
-// passing of time within the TTL, and the database's clock does not jump:
-//
-//   - The holder's process pauses past its TTL (GC, SIGSTOP): a session
-//     lock stays held (the server knows nothing of the pause) unless its
-//     connection ended meanwhile, in which case the next owner waited for
-//     the row's expiry; a lease-table row expires and is taken over. Lost
-//     closes when the watchdog runs again; later writes carry the older
-//     token.
-//   - The database is paused: nobody acquires anything; the holder's Lost
-//     closes a TTL after its last successful check or renewal, and its
-//     session lock's connection is closed, so the server frees the lock
-//     once it runs again.
-//   - The database crashes and restarts: session locks end, and the next
-//     owner waits for the row's expiry (committed, so it survives the
-//     crash with InnoDB and PostgreSQL's durable defaults); the lease table
-//     keeps its rows and its holders renew them once the server is back.
-//   - A connection is cut or killed: a session lock is lost at the next
-//     check (TTL/3), and passes on after the row's expiry; the lease table
-//     reconnects and is not affected.
-//   - The holder is partitioned from the database (nothing gets through,
-//     the connection stays open): a session lock is lost a TTL after its
-//     last check, and its connection closed; the server keeps the session,
-//     and the lock, until it hears of the close (when the link heals) or
-//     gives up on the connection itself (TCP keepalive, wait_timeout,
-//     idle_session_timeout): safe, but the lock is unavailable meanwhile.
-//   - An asynchronous replica promoted after a failover may lack the last
-//     acquisitions: the lease table's rows and the tokens' clock floor
-//     follow the new primary, session locks are gone with the old one.
-//     Fencing tokens stay increasing unless the new primary's clock is
-//     behind.
-//
-// Liveness: a lock whose holder released is free at once; one whose holder
-// vanished is free at most a TTL after its last check or renewal. A
-// session lock's waiters are served by the server (MariaDB and PostgreSQL
-// grant waiters, as a rule, in the order they queued); lease-table waiters race, and one can
-// starve under constant contention. Each hold of a session lock, and each
-// Client's waiter at the front of a key's line, occupies a connection of
-// the pool (db.SetMaxOpenConns bounds them; Obtain then waits for a free
-// one, within ctx).
 //
 // # Recipes without a lock
 //

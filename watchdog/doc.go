@@ -2,6 +2,37 @@
 // every lease in coordkit that expires (the Redis lock, Redlock, Redis
 // worker-ID leases).
 //
+// A lease implementation starts one Watchdog per lease and stops it at the
+// release:
+//
+//	w, err := watchdog.Start(watchdog.Config{
+//		TTL:   30 * time.Second,
+//		Renew: func(ctx context.Context) error { return renew(ctx) }, // watchdog.ErrNotHeld when gone
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer w.Stop()
+//	<-w.Lost() // closed once renewals fail for a TTL, or Renew answers ErrNotHeld
+//
+// Config's fields that matter: TTL (at least MinTTL), Interval (default TTL/3),
+// MaxHold, OnLost, and Now, the injectable clock (default time.Now) that tests
+// replace.
+//
+// # Guarantees
+//
+// The start time of a renewal attempt, not its end, counts as the moment the
+// lease was extended, so the watchdog never believes a lease lives longer
+// than the server does — as long as the clocks of this process and the
+// server run at the same rate. A server whose clock jumps forward expires
+// the lease early; the next renewal then reports ErrNotHeld.
+//
+// The Renew function receives a ctx that is cancelled when the lease is
+// declared lost or the watchdog stops; clients that only honour ctx
+// deadlines on I/O when configured to (go-redis' ContextTimeoutEnabled) may
+// keep a renewal in flight until their own read timeout, which delays Stop
+// but never the loss report.
+//
 // # Algorithm
 //
 // Start arms one loop that calls Config.Renew every Config.Interval (TTL/3
@@ -25,18 +56,4 @@
 // Stop ends the loop without reporting loss (the lease was released).
 // Stop and Lose are idempotent and wait until the loop and any renewal in
 // flight have returned: no goroutine outlives them.
-//
-// # Safety
-//
-// The start time of a renewal attempt, not its end, counts as the moment the
-// lease was extended, so the watchdog never believes a lease lives longer
-// than the server does — as long as the clocks of this process and the
-// server run at the same rate. A server whose clock jumps forward expires
-// the lease early; the next renewal then reports ErrNotHeld.
-//
-// The Renew function receives a ctx that is cancelled when the lease is
-// declared lost or the watchdog stops; clients that only honour ctx
-// deadlines on I/O when configured to (go-redis' ContextTimeoutEnabled) may
-// keep a renewal in flight until their own read timeout, which delays Stop
-// but never the loss report.
 package watchdog

@@ -4,6 +4,42 @@
 // lock.Locker, and so do Client.Read and Client.Write, so lock.Do works with
 // each of them.
 //
+// Give New a go-zookeeper connection and the session timeout it was made with:
+//
+//	conn, _, err := zk.Connect([]string{"zk1:2181"}, 10*time.Second)
+//	if err != nil {
+//		return err
+//	}
+//	locker, err := zklock.New(conn, zklock.WithSessionTimeout(10*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	defer locker.Close()
+//	err = lock.Do(ctx, locker, "batch/7", func(ctx context.Context) error {
+//		return withdraw(ctx, "batch-7", 1) // ctx is cancelled when the session is lost
+//	})
+//
+// The options that matter: WithSessionTimeout (the timeout passed to
+// zk.Connect; it bounds how late a holder learns of a lost session; without
+// it there is no bound), WithRoot (the parent of every lock's znode,
+// DefaultRoot), WithACL, WithMetrics and WithLogger. Client.Read and
+// Client.Write are the two sides of a read-write lock. ZooKeeper 3.5.3 or later
+// is required (the key's parent is a container znode).
+//
+// # Guarantees
+//
+// The lock is held while the holder's node exists: until Release, or until
+// its session ends. Waiters are served in the order of their nodes (FIFO), and
+// every new acquisition of a key has a larger fencing token (the node's
+// creation zxid; re-entry returns the same one). With WithSessionTimeout(T),
+// a holder is told of the loss (Lost closes, lock.Do's ctx is cancelled) at
+// most T/2 after the send of the last heartbeat the leader answered (T/3
+// before a chain of heartbeats has run), before the server can expire the
+// session and give the lock to another client, also through a follower cut
+// off from its leader. Sessions, below, derives the bound and lists the faults
+// under which two holders can still overlap; without WithSessionTimeout there
+// is no bound against a silent or half-open link.
+//
 // # Algorithm
 //
 // Every key has a parent znode; each attempt to obtain it creates one

@@ -14,6 +14,34 @@
 //     logical shard, from several independent Redis nodes; one Lua round trip
 //     per ID.
 //
+// Segments, the default choice:
+//
+//	ids, err := redisid.NewSegments(rdb) // one per process, shared by every tag
+//	if err != nil {
+//		return err
+//	}
+//	defer ids.Close()
+//	id, err := ids.Next(ctx, "order") // from memory; Redis is read in the background
+//
+// The options that matter: WithStep and WithStepBounds (segment sizes,
+// 1000 to 10,000,000 by default), WithTargetInterval (time between fetches the
+// step adapts to, one minute), WithPrefix (the counter keys' prefix,
+// DefaultPrefix), WithMetrics and WithLogger. Redis 6.2 or later is required.
+//
+// # Guarantees
+//
+// Segments are strictly increasing within a process (an ID is larger than
+// every ID whose Next returned before this Next began) and unique across
+// processes, because INCRBY hands every range out once; a crash wastes at most
+// the unused rest of the process's segments. Counter values are gap-free
+// while no process crashes. Every counter-based generator (Segments, Counter,
+// Hash) raises the counter past the highest value it handed out when Redis
+// comes back with older data, so a process never repeats its own IDs;
+// uniqueness across processes after a Redis data loss needs persistence, or a
+// floor set with RaiseCounter (Rollback, below). The TIME script
+// detects a Redis clock that went backwards and answers so instead of reusing
+// sequence values (TIME scheme, below).
+//
 // # Segments (Leaf's segment mode on Redis)
 //
 // Each tag (order, user, …) has a counter key, prefix+tag (default

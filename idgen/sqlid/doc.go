@@ -15,6 +15,44 @@
 //     the seed: one row (MySQL) or one sequence value (PostgreSQL) per ID,
 //     as fast as the database's round trips. The baseline.
 //
+// Leaf segments, the default choice:
+//
+//	ids, err := sqlid.NewLeaf(db, sqlid.MySQL) // db: *sql.DB of your driver; sqlid.Postgres
+//	if err != nil {
+//		return err
+//	}
+//	defer ids.Close()
+//	if err := ids.CreateTable(ctx); err != nil { // once, or the DDL below in a migration
+//		return err
+//	}
+//	if err := ids.Register(ctx, "order", 1, 1000, "orders"); err != nil { // a tag's row
+//		return err
+//	}
+//	id, err := ids.Next(ctx, "order") // from memory; one round trip per segment
+//
+// The options that matter: WithMaxStep (the adaptive step's upper bound,
+// 10,000,000), WithTargetInterval, WithTable (LeafTable), WithMetrics and
+// WithLogger. MySQL 8, MariaDB 10.5 or PostgreSQL 12 or later are required.
+//
+// # Guarantees
+//
+// Unique: no two Next calls anywhere return the same ID from one row (one
+// row per database for Tinyid), as long as the database keeps its committed
+// writes. Monotonic per generator: a Leaf generator's or a one-database
+// Tinyid generator's IDs are strictly increasing; Tickets from one server are
+// increasing in the order the server ran the statements. Not globally
+// ordered: two processes serve from different segments at the same time, so
+// IDs are only roughly increasing (by segment) across processes, and not at
+// all across the databases of a Tinyid generator. Not gap-free: a crash
+// wastes the unused rest of a process's segments (at most two per tag and
+// database), and Close wastes them too.
+//
+// When the database is down, a segment generator serves what it has in
+// memory (up to two segments), then Next returns the database's error (with
+// the fetch timeout named when the database did not answer in time); it
+// serves again as soon as a fetch succeeds. Tickets have nothing in memory:
+// every Next needs the database.
+//
 // # Leaf segments
 //
 // Each tag (Leaf's biz_tag: order, user, …) has a row in leaf_alloc. A
@@ -136,25 +174,6 @@
 // ErrNoTable, naming the table, with its CREATE statement; a tag without a
 // row is ErrUnknownTag, naming the tag and the table, with the INSERT that
 // registers it.
-//
-// # Guarantees
-//
-// Unique: no two Next calls anywhere return the same ID from one row (one
-// row per database for Tinyid), as long as the database keeps its committed
-// writes. Monotonic per generator: a Leaf generator's or a one-database
-// Tinyid generator's IDs are strictly increasing; Tickets from one server are
-// increasing in the order the server ran the statements. Not globally
-// ordered: two processes serve from different segments at the same time, so
-// IDs are only roughly increasing (by segment) across processes, and not at
-// all across the databases of a Tinyid generator. Not gap-free: a crash
-// wastes the unused rest of a process's segments (at most two per tag and
-// database), and Close wastes them too.
-//
-// When the database is down, a segment generator serves what it has in
-// memory (up to two segments), then Next returns the database's error (with
-// the fetch timeout named when the database did not answer in time); it
-// serves again as soon as a fetch succeeds. Tickets have nothing in memory:
-// every Next needs the database.
 //
 // # Restoring an older backup
 //

@@ -5,57 +5,30 @@
 // issued. The three leasers implement Leaser: a program picks its backend
 // at start-up and uses the same code after.
 //
-// # Algorithm
+// Lease a worker ID at start-up, give it back at shutdown, and issue
+// Snowflakes that stop the moment the lease is lost:
 //
-// Lease(ctx, service) takes the lowest free ID in [0, max] (WithMax,
-// default 1023) and keeps it until Release or loss. Service names are not
-// empty and contain none of "{}/" nor white space.
+//	leaser, err := workerid.NewZK(conn, workerid.WithSessionTimeout(10*time.Second))
+//	// or workerid.NewRedis(rdb), workerid.NewSQL(db)
+//	if err != nil {
+//		return err
+//	}
+//	lease, err := leaser.Lease(ctx, "orders") // the lowest free ID in [0, 1023]
+//	if err != nil {
+//		return err
+//	}
+//	defer lease.Release(ctx)
+//	ids, err := lease.NewSnowflake(ctx, idgen.LayoutTwitter) // starts above the ID's high-water mark
+//	if err != nil {
+//		return err
+//	}
+//	id, err := ids.Next()
 //
-//   - Redis: Lease reads which IDs are taken (one MGET per 1024 IDs) and
-//     takes the lowest free one with SET NX PX TTL (WithTTL, default 10 s),
-//     its value a holder record with a new random owner UUID; if another
-//     process took that ID first, it tries the next free one. The watchdog
-//     renews the key every TTL/3 (renew.lua: PEXPIRE only while the key
-//     still holds this lease's record). The lease's deadline is 90 % of the
-//     TTL after the send time of the last renewal that succeeded (the SET's
-//     at first): the lease is lost when a renewal answers "not held" or the
-//     deadline passes, before Redis can expire the key. Release deletes the
-//     key only if it still holds the record (release.lua).
-//   - ZooKeeper: Lease takes the zklock lock "workerid-<service>", lists
-//     the IDs taken (the children of the service's ids node) and creates the
-//     lowest free one as an ephemeral node (another leaser's node there:
-//     the next ID), then releases the lock. The node lives as long as the
-//     session. Heartbeats (a sync, so that a follower answers by way of the
-//     leader, then an exists of the node) go out at most T/6 apart, T the
-//     session timeout (WithSessionTimeout, default 4 s); each that succeeds
-//     extends the lease to its send time plus T/2 (T/3 in the lease's first
-//     5T/12). The lease is lost when the node is gone or owned by another
-//     session, or when that time passes, before the server can expire the
-//     session (ZKLeaser gives the windows and their derivation, and what
-//     happens when the create's reply is lost). Release deletes the node if
-//     the session still owns it.
-//   - SQL: Lease reads which IDs of the service are held (one SELECT of the
-//     rows whose expiry is ahead of the database's clock) and claims the
-//     lowest other one with one conditional upsert, a transaction of its
-//     own: the row is inserted, or taken over if it is free or has expired,
-//     with a new random owner UUID and an expiry TTL (WithTTL, default 10 s)
-//     after the database's now; a row another leaser holds is left alone,
-//     and the next free ID is tried. The primary key (service, id) and the
-//     condition, which the database checks on the row's latest committed
-//     version under its row lock, let one claim of an ID win at a time. The
-//     watchdog renews the row every TTL/3 (an UPDATE of its expiry that
-//     matches only while the row is still this lease's owner's and has not
-//     expired); the deadline is 90 % of the TTL after the send time of the
-//     last renewal that succeeded, as on Redis. Release marks the row free
-//     (an empty owner, expiry now) only if it is still this lease's
-//     owner's, and keeps its high-water mark. Every statement stands alone
-//     (no session state, no transaction held open), so the leaser works
-//     through connection poolers (with a driver configured for them).
-//
-// Lost closes when the lease ends; Err says why: ErrReleased after
-// Release; after a loss, an error matching watchdog.ErrNotHeld (the key,
-// node or row is gone or another's, or the row has expired) or
-// watchdog.ErrExpired (not confirmed in time).
+// The options that matter: WithMax (the highest worker ID, 1023), WithTTL (a
+// Redis or SQL lease's time to live, 10 s), WithSessionTimeout (the ZooKeeper
+// connection's session timeout, 4 s),
+// WithCheckpoint (how often the high-water mark is saved), WithMetrics and
+// WithLogger.
 //
 // # Guarantees
 //
@@ -116,6 +89,58 @@
 // taken for at least a tenth of the TTL (Redis, SQL) or T/3 − tick/2
 // (ZooKeeper) after its generator last issued: they repeat only if the new
 // holder's clock is behind the crashed holder's by more than that.
+//
+// # Algorithm
+//
+// Lease(ctx, service) takes the lowest free ID in [0, max] (WithMax,
+// default 1023) and keeps it until Release or loss. Service names are not
+// empty and contain none of "{}/" nor white space.
+//
+//   - Redis: Lease reads which IDs are taken (one MGET per 1024 IDs) and
+//     takes the lowest free one with SET NX PX TTL (WithTTL, default 10 s),
+//     its value a holder record with a new random owner UUID; if another
+//     process took that ID first, it tries the next free one. The watchdog
+//     renews the key every TTL/3 (renew.lua: PEXPIRE only while the key
+//     still holds this lease's record). The lease's deadline is 90 % of the
+//     TTL after the send time of the last renewal that succeeded (the SET's
+//     at first): the lease is lost when a renewal answers "not held" or the
+//     deadline passes, before Redis can expire the key. Release deletes the
+//     key only if it still holds the record (release.lua).
+//   - ZooKeeper: Lease takes the zklock lock "workerid-<service>", lists
+//     the IDs taken (the children of the service's ids node) and creates the
+//     lowest free one as an ephemeral node (another leaser's node there:
+//     the next ID), then releases the lock. The node lives as long as the
+//     session. Heartbeats (a sync, so that a follower answers by way of the
+//     leader, then an exists of the node) go out at most T/6 apart, T the
+//     session timeout (WithSessionTimeout, default 4 s); each that succeeds
+//     extends the lease to its send time plus T/2 (T/3 in the lease's first
+//     5T/12). The lease is lost when the node is gone or owned by another
+//     session, or when that time passes, before the server can expire the
+//     session (ZKLeaser gives the windows and their derivation, and what
+//     happens when the create's reply is lost). Release deletes the node if
+//     the session still owns it.
+//   - SQL: Lease reads which IDs of the service are held (one SELECT of the
+//     rows whose expiry is ahead of the database's clock) and claims the
+//     lowest other one with one conditional upsert, a transaction of its
+//     own: the row is inserted, or taken over if it is free or has expired,
+//     with a new random owner UUID and an expiry TTL (WithTTL, default 10 s)
+//     after the database's now; a row another leaser holds is left alone,
+//     and the next free ID is tried. The primary key (service, id) and the
+//     condition, which the database checks on the row's latest committed
+//     version under its row lock, let one claim of an ID win at a time. The
+//     watchdog renews the row every TTL/3 (an UPDATE of its expiry that
+//     matches only while the row is still this lease's owner's and has not
+//     expired); the deadline is 90 % of the TTL after the send time of the
+//     last renewal that succeeded, as on Redis. Release marks the row free
+//     (an empty owner, expiry now) only if it is still this lease's
+//     owner's, and keeps its high-water mark. Every statement stands alone
+//     (no session state, no transaction held open), so the leaser works
+//     through connection poolers (with a driver configured for them).
+//
+// Lost closes when the lease ends; Err says why: ErrReleased after
+// Release; after a loss, an error matching watchdog.ErrNotHeld (the key,
+// node or row is gone or another's, or the row has expired) or
+// watchdog.ErrExpired (not confirmed in time).
 //
 // # Generators and high-water marks
 //

@@ -1,4 +1,5 @@
-// Package readme_test compiles the Go snippets of the README, so that
+// Package readme_test compiles the Go snippets of the README and the usage
+// blocks of the package docs, so that
 // they stay true to the code.
 package readme_test
 
