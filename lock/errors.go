@@ -21,8 +21,9 @@ var (
 
 var (
 	// ErrInvalid is wrapped by the errors for invalid arguments: a nil
-	// client, an empty key, a TTL at or below zero or under MinTTL.
-	ErrInvalid = errInvalid() // "lock: invalid argument"
+	// client, an empty key, a TTL at or below zero or under MinTTL. Every
+	// lock package's own ErrInvalid wraps it.
+	ErrInvalid = errors.New("lock: invalid argument")
 	// ErrClosed is returned by a Client or Simple lock after Close, and is
 	// the cause of the loss of every lease it still renewed.
 	ErrClosed = errors.New("lock: client closed")
@@ -34,6 +35,7 @@ var (
 	ErrConflict = errors.New("lock: optimistic transaction kept conflicting")
 )
 
-// errInvalid returns "lock: invalid argument", declared where the checks of
-// the hash lock's engine, which package redlock runs too, wrap it.
-func errInvalid() error { return hashlock.ErrInvalid }
+// The checks of the hash lock's engine, which package redlock runs too, wrap
+// hashlock.ErrInvalid: it is this package's ErrInvalid, set before any
+// package that imports lock can call the engine.
+func init() { hashlock.ErrInvalid = ErrInvalid }

@@ -7,8 +7,20 @@ import (
 	"github.com/coordkit/coordkit/internal/lockopt"
 )
 
-// Locker obtains leases on keys. *Client (Redis), redlock.Client and
-// zklock.Client implement it, so Do works with each of them.
+// Locker obtains leases on keys. Seven types implement it, so Do and
+// package election work with each of them:
+//
+//   - *Client: the reentrant Redis hash lock (New);
+//   - *Simple: the plain Redis SET NX PX lock (NewSimple);
+//   - *redlock.Client: the Redlock quorum over N Redis masters;
+//   - *zklock.Client: the ZooKeeper lock;
+//   - *sqllock.Client: MySQL/MariaDB and PostgreSQL session locks, and the
+//     lease table (NewMySQL, NewPostgres, NewLeaseTable);
+//   - *semaphore.Client: a permit of a Redis counting semaphore;
+//   - *semaphore.ZK: a permit of a ZooKeeper counting semaphore.
+//
+// The sides of the read-write locks, RW.Read and RW.Write here and
+// zklock.Client's Read and Write, are Lockers too.
 type Locker interface {
 	// Obtain blocks until key is held by the caller, ctx ends, or an error
 	// occurs. When ctx ends while waiting the error is

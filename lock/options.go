@@ -146,7 +146,11 @@ func WithClock(now func() time.Time) ClientOption {
 
 // MaxHolderMeta is the largest holder metadata WithHolderMeta accepts, in
 // bytes.
-const MaxHolderMeta = hashlock.MaxMeta
+const MaxHolderMeta = 512
+
+// The engine's own limit is the same: the constant expression overflows
+// (and the build fails) if they differ.
+const _ = uint(MaxHolderMeta-hashlock.MaxMeta) + uint(hashlock.MaxMeta-MaxHolderMeta)
 
 // WithHolderMeta stores meta with every hold the Client's locks take, for
 // operators: Inspect returns it (Info.Meta, and Info.WaiterMetas for the

@@ -160,16 +160,6 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithRand sets the source of the retry jitter: randN(n) returns a
-// uniform value in [0, n). It must be safe for concurrent use. Default:
-// math/rand/v2's Int64N.
-func WithRand(randN func(n int64) int64) Option {
-	return func(o *options) {
-		if randN != nil {
-			o.randN = randN
-		}
-	}
-}
 
 func (o *options) validate() error {
 	switch {

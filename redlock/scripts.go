@@ -18,11 +18,10 @@ var (
 	raiseFenceScript = redis.NewScript(raiseFenceLua)
 )
 
-// Scripts returns every Lua script this package runs on the masters, by
+// scripts returns every Lua script this package runs on the masters, by
 // file name (acquire.lua, release.lua, handoff.lua, renew.lua, leave.lua,
-// which package lock's Client runs too, and raise_fence.lua), so that tests
-// and operators can load or audit them.
-func Scripts() map[string]*redis.Script {
+// which package lock's Client runs too, and raise_fence.lua).
+func scripts() map[string]*redis.Script {
 	return map[string]*redis.Script{
 		"acquire.lua":     hashlock.AcquireScript,
 		"release.lua":     hashlock.ReleaseScript,

@@ -507,9 +507,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Scripts returns the package's Lua scripts by file name, for tests and
-// for loading them ahead (SCRIPT LOAD) where EVAL is not allowed.
-func Scripts() map[string]*redis.Script {
+// scripts returns the package's Lua scripts by file name.
+func scripts() map[string]*redis.Script {
 	return map[string]*redis.Script{
 		"acquire.lua": acquireScript, "release.lua": releaseScript, "renew.lua": renewScript,
 		"leave.lua": leaveScript, "setlimit.lua": setLimitScript,

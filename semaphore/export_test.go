@@ -1,5 +1,11 @@
 package semaphore
 
+import "github.com/redis/go-redis/v9"
+
+// Scripts returns the package's Lua scripts by file name, for tests that
+// run them directly or arm a lost reply on one.
+func Scripts() map[string]*redis.Script { return scripts() }
+
 // SetZKHookBeforePermit sets the function a ZooKeeper acquisition calls
 // with the semaphore's name once it has decided, under the acquirers'
 // mutex, to take a permit, just before it creates it; restore puts the

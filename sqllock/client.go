@@ -220,10 +220,10 @@ type request struct {
 	block      bool
 }
 
-// CheckKey returns an error wrapping ErrInvalid if key cannot name a lock:
+// checkKey returns an error wrapping ErrInvalid if key cannot name a lock:
 // empty, longer than MaxKeyLen bytes, not valid UTF-8, or holding a NUL
 // byte (PostgreSQL's text refuses both).
-func CheckKey(key string) error {
+func checkKey(key string) error {
 	switch {
 	case key == "":
 		return invalid("empty key")
@@ -262,7 +262,7 @@ func (c *Client) resolve(key string, opts []lock.Option) (lockopt.Obtain, error)
 	if c == nil {
 		return o, invalid("nil *sqllock.Client")
 	}
-	if err := CheckKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return o, err
 	}
 	if o.TTL == 0 {
@@ -472,7 +472,7 @@ func (c *Client) track() bool {
 // coordkit Client (its fencing row names its connection). It returns an
 // error wrapping ErrInvalid for a bad key.
 func (c *Client) Holder(ctx context.Context, key string) (owner string, token int64, err error) {
-	if err := CheckKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return "", 0, err
 	}
 	name := c.o.prefix + key

@@ -4,24 +4,36 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"strconv"
 	"strings"
-
-	"github.com/coordkit/coordkit/internal/sqldb"
 )
 
-// Dialect names the SQL a Client speaks (the type of every SQL package of
-// coordkit: sqlid's and workerid's SQL leaser take the same values). The
-// zero Dialect is invalid.
-type Dialect = sqldb.Dialect
+// Dialect names the SQL a Client speaks: MySQL or Postgres (workerid's SQL
+// leaser takes the same values). The zero Dialect is invalid.
+type Dialect int
 
 const (
 	// MySQL is MySQL 8 and MariaDB 10.5 or later (GET_LOCK, INSERT ... ON
 	// DUPLICATE KEY UPDATE, LAST_INSERT_ID(expr), UTC_TIMESTAMP(6)).
-	MySQL = sqldb.MySQL
+	MySQL Dialect = iota + 1
 	// Postgres is PostgreSQL 12 or later (advisory locks, INSERT ... ON
 	// CONFLICT ... RETURNING, lock_timeout).
-	Postgres = sqldb.Postgres
+	Postgres
 )
+
+// String returns "mysql" or "postgres".
+func (d Dialect) String() string {
+	switch d {
+	case MySQL:
+		return "mysql"
+	case Postgres:
+		return "postgres"
+	}
+	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Valid reports whether d is MySQL or Postgres.
+func (d Dialect) Valid() bool { return d == MySQL || d == Postgres }
 
 // mysqlLockNameLen is MySQL's limit on GET_LOCK names (MariaDB's is 192).
 const mysqlLockNameLen = 64

@@ -60,7 +60,7 @@ func defaultOptions() options {
 		ttl:    DefaultTTL,
 		prefix: DefaultPrefix,
 		slice:  DefaultWaitSlice,
-		poll:   DefaultPoll,
+		poll:   defaultPoll,
 		now:    time.Now,
 	}
 }
@@ -107,17 +107,18 @@ func WithWaitSlice(d time.Duration) Option { return func(o *options) { o.slice =
 
 // WithPoll sets the delay between a lease-table waiter's attempts: attempt
 // n (from 1) waits poll(n), and never past the holder's expiry when the
-// database reports it (PostgreSQL). Default: DefaultPoll. lock.WithRetry
-// overrides it for one call, for the session locks too.
+// database reports it (PostgreSQL). Default: exponential from 5 ms,
+// doubling to at most 250 ms, with jitter (a uniformly drawn delay between
+// half and all of it), so that waiters neither hammer the database nor wake
+// together. lock.WithRetry overrides it for one call, for the session locks
+// too.
 func WithPoll(poll func(attempt int) time.Duration) Option {
 	return func(o *options) { o.poll = poll }
 }
 
-// DefaultPoll is the lease table's default delay between attempts:
-// exponential from 5 ms, doubling to at most 250 ms, with jitter (a
-// uniformly drawn delay between half and all of it), so that waiters
-// neither hammer the database nor wake together.
-func DefaultPoll(attempt int) time.Duration {
+// defaultPoll is the lease table's default delay between attempts (see
+// WithPoll).
+func defaultPoll(attempt int) time.Duration {
 	d := 250 * time.Millisecond
 	if attempt < 6 {
 		d = 5 * time.Millisecond << max(attempt-1, 0)

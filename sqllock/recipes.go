@@ -114,7 +114,7 @@ type retryOptions struct {
 const DefaultAttempts = 10
 
 func resolveRetry(opts []RetryOption) (retryOptions, error) {
-	o := retryOptions{attempts: DefaultAttempts, backoff: DefaultBackoff, locking: LockForUpdate}
+	o := retryOptions{attempts: DefaultAttempts, backoff: defaultBackoff, locking: LockForUpdate}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -134,7 +134,9 @@ func resolveRetry(opts []RetryOption) (retryOptions, error) {
 func WithAttempts(n int) RetryOption { return func(o *retryOptions) { o.attempts = n } }
 
 // WithBackoff sets the delay before try n+1 after try n failed (n from 1).
-// Default: DefaultBackoff.
+// Default: exponential from 2 ms, doubling to at most 200 ms, with jitter
+// (between half and all of it), so that the transactions that collided do
+// not collide again.
 func WithBackoff(delay func(attempt int) time.Duration) RetryOption {
 	return func(o *retryOptions) { o.backoff = delay }
 }
@@ -176,10 +178,8 @@ func WithLocking(l Locking) RetryOption { return func(o *retryOptions) { o.locki
 // transactions of Tx and ForUpdate. Default: nil, the driver's defaults.
 func WithTxOptions(opts *sql.TxOptions) RetryOption { return func(o *retryOptions) { o.tx = opts } }
 
-// DefaultBackoff is the default delay between tries: exponential from 2 ms,
-// doubling to at most 200 ms, with jitter (between half and all of it), so
-// that the transactions that collided do not collide again.
-func DefaultBackoff(attempt int) time.Duration {
+// defaultBackoff is the default delay between tries (see WithBackoff).
+func defaultBackoff(attempt int) time.Duration {
 	d := 200 * time.Millisecond
 	if attempt < 7 {
 		d = 2 * time.Millisecond << max(attempt-1, 0)

@@ -2,20 +2,33 @@ package sqlid
 
 import (
 	"regexp"
-
-	"github.com/coordkit/coordkit/internal/sqldb"
+	"strconv"
 )
 
-// Dialect names the SQL a generator speaks: the Dialect of sqllock and workerid (one type
-// for every SQL package of coordkit). The zero Dialect is invalid.
-type Dialect = sqldb.Dialect
+// Dialect names the SQL a generator speaks: MySQL or Postgres. The zero
+// Dialect is invalid.
+type Dialect int
 
 const (
 	// MySQL is MySQL 8 and MariaDB 10.5 or later (InnoDB).
-	MySQL = sqldb.MySQL
+	MySQL Dialect = iota + 1
 	// Postgres is PostgreSQL 12 or later.
-	Postgres = sqldb.Postgres
+	Postgres
 )
+
+// String returns "mysql" or "postgres".
+func (d Dialect) String() string {
+	switch d {
+	case MySQL:
+		return "mysql"
+	case Postgres:
+		return "postgres"
+	}
+	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Valid reports whether d is MySQL or Postgres.
+func (d Dialect) Valid() bool { return d == MySQL || d == Postgres }
 
 // identRE is what a table or sequence name may be: an identifier,
 // optionally qualified by a schema (database). Names are put into SQL as

@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// ErrInvalid is lock.ErrInvalid: package lock declares its ErrInvalid as
-// this value, so that the engine's checks (CheckKey, NewNode, a Node's
-// arguments) wrap the sentinel users match without importing lock.
+// ErrInvalid is lock.ErrInvalid: package lock's init sets it to its own
+// sentinel (this value stands until then), so that the engine's checks
+// (CheckKey, NewNode, a Node's arguments) wrap the sentinel users match
+// without importing lock.
 var ErrInvalid = errors.New("lock: invalid argument")
 
 // The engine's defaults, the same as package lock's constants of the same

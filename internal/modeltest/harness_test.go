@@ -17,8 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/hashlock"
-	"github.com/coordkit/coordkit/redlock"
-	"github.com/coordkit/coordkit/semaphore"
 )
 
 // kind is an operation of a sequence.
@@ -440,24 +438,41 @@ var scriptNames = func() map[string]string {
 	for n, s := range hashlock.Scripts() {
 		m[s.Hash()] = n
 	}
-	for n, s := range redlock.Scripts() {
-		m[s.Hash()] = n
-	}
-	for n, s := range semaphore.Scripts() {
-		m[s.Hash()] = "sem_" + n
-	}
-	// Simple's and RW's scripts are files of package lock, run as they are.
+	// Simple's and RW's scripts are files of package lock, and Redlock's own
+	// one is a file of package redlock, run as they are.
 	files, _ := filepath.Glob("../../lock/lua/*.lua")
-	for _, f := range files {
+	redlockFiles, _ := filepath.Glob("../../redlock/lua/*.lua")
+	for _, f := range append(files, redlockFiles...) {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
-		s := sha1.Sum(b)
-		m[hex.EncodeToString(s[:])] = filepath.Base(f)
+		m[sha1Hex(b)] = filepath.Base(f)
+	}
+	// The semaphore's release, leave and setlimit run with grant.lua's
+	// helpers joined in front (semaphore/client.go).
+	grant, _ := os.ReadFile("../../semaphore/lua/grant.lua")
+	semFiles, _ := filepath.Glob("../../semaphore/lua/*.lua")
+	for _, f := range semFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		switch n := filepath.Base(f); n {
+		case "grant.lua":
+		case "release.lua", "leave.lua", "setlimit.lua":
+			m[sha1Hex(append(append([]byte{}, grant...), b...))] = "sem_" + n
+		default:
+			m[sha1Hex(b)] = "sem_" + n
+		}
 	}
 	return m
 }()
+
+func sha1Hex(b []byte) string {
+	s := sha1.Sum(b)
+	return hex.EncodeToString(s[:])
+}
 
 // newRedis returns a go-redis client (default options: MaxRetries 3) of
 // srv with a loser hook.
