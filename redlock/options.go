@@ -160,7 +160,6 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-
 func (o *options) validate() error {
 	switch {
 	case o.nodeTimeout <= 0:
