@@ -20,8 +20,9 @@
 //	})
 //
 // The options that matter: WithSessionTimeout (the timeout passed to
-// zk.Connect; it bounds how late a holder learns of a lost session; without
-// it there is no bound), WithRoot (the parent of every lock's znode,
+// zk.Connect; it bounds how late a holder learns of a lost session; default
+// DefaultSessionTimeout, 4 s, the lowest a server with the default tickTime
+// negotiates, as in workerid; 0 means unknown, and no bound), WithRoot (the parent of every lock's znode,
 // DefaultRoot), WithACL, WithMetrics and WithLogger. Client.Read and
 // Client.Write are the two sides of a read-write lock. ZooKeeper 3.5.3 or later
 // is required (the key's parent is a container znode).
@@ -37,8 +38,9 @@
 // before a chain of heartbeats has run), before the server can expire the
 // session and give the lock to another client, also through a follower cut
 // off from its leader. Sessions, below, derives the bound and lists the faults
-// under which two holders can still overlap; without WithSessionTimeout there
-// is no bound against a silent or half-open link.
+// under which two holders can still overlap; with WithSessionTimeout(0) there
+// is no bound against a silent or half-open link. T defaults to
+// DefaultSessionTimeout (4 s): pass the real timeout if it is lower.
 //
 // # Algorithm
 //
@@ -120,7 +122,7 @@
 // client, and deletes its nodes; the next waiter then holds the lock. The
 // holder must learn of the loss before that. While leases are held, a
 // monitor goroutine looks at conn.SessionID() every T/30 (5 to 100 ms; 10 ms
-// without WithSessionTimeout).
+// with WithSessionTimeout(0)).
 //
 //   - Session expired or changed (go-zookeeper sets the session ID to 0 when
 //     it learns of the expiry, then to the new session's): every lease of the
@@ -147,7 +149,7 @@
 //     delivers them while the server hears nothing). A new lease is granted
 //     only if its session's leases have T/6 to live at least; a lock handed
 //     over by a notification after a long wait sends a sync first.
-//   - Without WithSessionTimeout (T unknown), a lease is reported lost as
+//   - With WithSessionTimeout(0) (T unknown), a lease is reported lost as
 //     soon as go-zookeeper reports the connection down. That bounds nothing:
 //     go-zookeeper declares a connection dead 2T/3 after the last packet it
 //     received, notifications and late replies included, while the server
@@ -155,7 +157,7 @@
 //     with T = 3 s and the old rule (lost T/3 after the connection was
 //     declared dead): a notification arriving just before a partition gave
 //     0.5 s with two holders, a half-open link 1 s, a follower cut off from
-//     its leader (syncLimit 5 s) 3.1 s. Pass WithSessionTimeout.
+//     its leader (syncLimit 5 s) 3.1 s. Do not pass 0.
 //   - A lease reported lost while its session survives has its node deleted
 //     once the connection is back, so the next waiter does not wait for the
 //     session's end.
@@ -192,7 +194,7 @@
 // [minSessionTimeout, maxSessionTimeout], 2 to 20 ticks by default: pass
 // the negotiated value); the holder process is paused (GC, SIGSTOP) past
 // the loss, so that it acts after Lost closed; an operator deletes the lock
-// node; or WithSessionTimeout is not given (above). This is stricter than
+// node; or WithSessionTimeout(0) is given (above). This is stricter than
 // Curator's recommended policy (LOST after a full session timeout of
 // SUSPENDED), which can report the loss after another holder has taken
 // over.

@@ -72,7 +72,7 @@ func (l *Lease) Err() error {
 // Until returns the end of the lease's window (see lock.LeaseStatus): it
 // is held at least until then unless reported lost, as the last answered
 // heartbeat shows (WithSessionTimeout). It is the zero Time once the lease
-// is lost, and without WithSessionTimeout, where no bound is known.
+// is lost, and with WithSessionTimeout(0), where no bound is known.
 func (l *Lease) Until() time.Time {
 	c, h := l.c, l.h
 	c.mu.Lock()

@@ -12,6 +12,12 @@ import (
 // DefaultRoot is the parent of every key's znode unless WithRoot says otherwise.
 const DefaultRoot = "/coordkit/locks"
 
+// DefaultSessionTimeout is the session timeout a Client (and workerid's
+// ZooKeeper leaser) assumes unless WithSessionTimeout says otherwise: 4 s,
+// the lowest timeout a server with the default tickTime of 2 s negotiates,
+// so that the loss bound holds for any session such a server grants.
+const DefaultSessionTimeout = 4 * time.Second
+
 // Option configures a Client.
 type Option func(*options)
 
@@ -26,8 +32,9 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		root: DefaultRoot,
-		acl:  zk.WorldACL(zk.PermAll),
+		root:           DefaultRoot,
+		acl:            zk.WorldACL(zk.PermAll),
+		sessionTimeout: DefaultSessionTimeout,
 	}
 }
 
@@ -74,10 +81,14 @@ func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
 // the package documentation for the bound and its assumptions. An outage up
 // to about T/3 (T/6 right after an acquisition) loses nothing; go-zookeeper
 // waits a second before dialling a standalone server again, so with d under
-// about 3.5 s any blip loses the leases. Default: 0, unknown: a
-// lease is reported lost as soon as go-zookeeper reports its connection
-// down, which is no bound at all against a silent or half-open link. A
-// negative d makes New return ErrInvalidSessionTimeout.
+// about 3.5 s any blip loses the leases. Default: DefaultSessionTimeout
+// (4 s), as workerid.WithSessionTimeout: the lowest timeout a server with
+// the default tickTime of 2 s negotiates; pass the real value when the
+// server's tickTime or minSessionTimeout is lower and the session shorter.
+// d = 0 means unknown: a lease is then reported lost as soon as
+// go-zookeeper reports its connection down, which is no bound at all
+// against a silent or half-open link. A negative d makes New return
+// ErrInvalidSessionTimeout.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) { o.sessionTimeout = d }
 }

@@ -54,10 +54,12 @@ func dial(t *testing.T, z *testserver.ZooKeeper, timeout time.Duration) *testser
 }
 
 // newClient returns a Client on conn with the test's own root path, closed
-// when the test ends (before conn).
+// when the test ends (before conn). Its session timeout is unknown (0)
+// unless opts set it: the tests' sessions are shorter than
+// DefaultSessionTimeout.
 func newClient(t *testing.T, conn *testserver.ZKConn, opts ...zklock.Option) *zklock.Client {
 	t.Helper()
-	c, err := zklock.New(conn.Conn, append([]zklock.Option{zklock.WithRoot(root(t))}, opts...)...)
+	c, err := zklock.New(conn.Conn, append([]zklock.Option{zklock.WithRoot(root(t)), zklock.WithSessionTimeout(0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +163,48 @@ func TestNew(t *testing.T) {
 			}
 			if c != nil {
 				c.Close()
+			}
+		})
+	}
+}
+
+// TestDefaultSessionTimeout: without WithSessionTimeout a Client assumes
+// DefaultSessionTimeout (4 s, workerid's default too), so a lease knows how
+// long it is held (at most T/2 ahead); WithSessionTimeout(0) is the unknown
+// mode, where no bound is known.
+func TestDefaultSessionTimeout(t *testing.T) {
+	if zklock.DefaultSessionTimeout != 4*time.Second {
+		t.Fatalf("DefaultSessionTimeout = %v, want 4s", zklock.DefaultSessionTimeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn := dial(t, server, zklock.DefaultSessionTimeout)
+	for _, tt := range []struct {
+		name    string
+		opts    []zklock.Option
+		bounded bool
+	}{
+		{"default", nil, true},
+		{"unknown", []zklock.Option{zklock.WithSessionTimeout(0)}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := zklock.New(conn.Conn, append([]zklock.Option{zklock.WithRoot(root(t))}, tt.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			l, err := c.Obtain(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			until := l.(lock.LeaseStatus).Until()
+			now := time.Now()
+			switch {
+			case !tt.bounded && !until.IsZero():
+				t.Errorf("Until = %v, want the zero Time (no bound known)", until)
+			case tt.bounded && (!until.After(now) || until.After(now.Add(zklock.DefaultSessionTimeout/2))):
+				t.Errorf("Until = %v from now, want within (0, %v]", until.Sub(now), zklock.DefaultSessionTimeout/2)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/internal/sqldb"
 	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/zklock"
 )
 
 // Option configures a RedisLeaser, a ZKLeaser or a SQLLeaser.
@@ -47,7 +48,7 @@ func defaults() options {
 		host:       host,
 		now:        time.Now,
 
-		sessionTimeout: 4 * time.Second,
+		sessionTimeout: zklock.DefaultSessionTimeout,
 	}
 }
 

@@ -91,8 +91,10 @@ type ZKLeaser struct {
 // server can expire the session and give the ID to another process (see
 // ZKLeaser). It must not
 // exceed the negotiated timeout: the server lowers a request above its
-// maxSessionTimeout (default 20 ticks, 40 s). Default: 4 s, the lowest
-// timeout a server with the default tickTime of 2 s negotiates.
+// maxSessionTimeout (default 20 ticks, 40 s). Default:
+// zklock.DefaultSessionTimeout (4 s), as zklock.WithSessionTimeout: the lowest
+// timeout a server with the default tickTime of 2 s negotiates. Unlike
+// zklock's, 0 is refused (ErrInvalid): a leaser always needs the bound.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) { o.sessionTimeout = d }
 }
@@ -113,7 +115,11 @@ func NewZK(conn *zk.Conn, opts ...Option) (*ZKLeaser, error) {
 	if o.sessionTimeout < 100*time.Millisecond {
 		return nil, fmt.Errorf("%w: session timeout %v below 100ms", ErrInvalid, o.sessionTimeout)
 	}
-	locks, err := zklock.New(conn, zklock.WithACL(o.acl), zklock.WithLogger(o.logger))
+	// The lock is held only while an ID is picked, so it keeps zklock's
+	// unknown-session mode (its loss is seen when go-zookeeper reports the
+	// connection down), as before zklock's default became 4 s; each
+	// lease's own keeper bounds the loss of the ID.
+	locks, err := zklock.New(conn, zklock.WithACL(o.acl), zklock.WithLogger(o.logger), zklock.WithSessionTimeout(0))
 	if err != nil {
 		return nil, err
 	}
