@@ -18,6 +18,7 @@ import (
 	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
+	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -30,6 +31,7 @@ const leaveTimeout = 2 * time.Second
 // Client is the reentrant Redis hash lock (see the package documentation).
 // It is safe for concurrent use. The zero value is not usable: call New.
 type Client struct {
+	ver        redisver.Gate // the server's version, checked at the first obtain
 	rdb        redis.UniversalClient
 	pipe       *pipe.Pipeliner // acquire and release, pipelined under load
 	o          clientOptions
@@ -214,10 +216,13 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	if err != nil {
 		return nil, err
 	}
+	if err := checkServer(ctx, &c.ver, c.rdb); err != nil {
+		return nil, err
+	}
 	if c.o.metrics == nil {
 		l, err := c.obtainHeld(ctx, key, wait, o)
 		if err != nil {
-			return nil, err
+			return nil, serverErr(err)
 		}
 		return l, nil
 	}
@@ -225,7 +230,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	l, err := c.obtainHeld(ctx, key, wait, o)
 	c.obs.Waited(key, c.o.now().Sub(begin), err)
 	if err != nil {
-		return nil, err
+		return nil, serverErr(err)
 	}
 	return l, nil
 }

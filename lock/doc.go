@@ -32,7 +32,9 @@
 // WithMetrics and WithLogger. NewSimple is the plain SET NX PX lock, NewRW a
 // read-write lock; Optimistic and Update need no lock. The same code runs on
 // redlock.New, zklock.New and sqllock's constructors: they all implement Locker.
-// Redis 6.2 or later is required.
+// Redis 6.2 or later (MinRedisVersion) is required: the first call asks the
+// server (INFO, once per client) and returns ErrServerVersion from an older
+// one.
 //
 // # Guarantees
 //

@@ -1,9 +1,13 @@
 package lock
 
 import (
+	"context"
 	"errors"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/redisver"
 )
 
 var (
@@ -33,7 +37,30 @@ var (
 	// ErrConflict is returned by Optimistic when every attempt found the
 	// watched keys changed.
 	ErrConflict = errors.New("lock: optimistic transaction kept conflicting")
+	// ErrServerVersion is returned by the first call of a Redis lock
+	// (Client, Simple, RW, redlock.Client, semaphore.Client) whose server
+	// states a version older than MinRedisVersion, and by a call whose
+	// script the server refused for a command it lacks. The message names
+	// the server's version and the one needed.
+	ErrServerVersion = errors.New("lock: Redis server too old")
 )
+
+// MinRedisVersion is the oldest Redis the Redis locks run on: their scripts
+// use SET ... GET (Redis 6.2). The first call of a Client, Simple, RW,
+// redlock.Client or semaphore.Client asks the server (INFO server, once)
+// and returns ErrServerVersion if it is older.
+const MinRedisVersion = "6.2.0"
+
+// checkServer runs g's version check against rdb (once per client).
+func checkServer(ctx context.Context, g *redisver.Gate, rdb redis.UniversalClient) error {
+	return g.Check(ctx, rdb, redisver.Min, redisver.Need, ErrServerVersion)
+}
+
+// serverErr names the version needed when err is a script refused for a
+// command the server lacks.
+func serverErr(err error) error {
+	return redisver.Translate(err, redisver.Min, redisver.Need, ErrServerVersion)
+}
 
 // The checks of the hash lock's engine, which package redlock runs too, wrap
 // hashlock.ErrInvalid: it is this package's ErrInvalid, set before any

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -77,6 +78,7 @@ type RWLocker interface {
 // answers ErrNotHeld without touching the new hold. A downgrade is a read
 // acquisition by the writer, recorded the same way.
 type RW struct {
+	ver redisver.Gate // the server's version, checked at the first obtain
 	rdb redis.UniversalClient
 	o   clientOptions
 	obs observe.Lock
@@ -142,13 +144,18 @@ func (rw *RW) rwKeys(key string) []string {
 }
 
 func (rw *RW) obtain(ctx context.Context, mode, key string, wait bool, opts []Option) (Lease, error) {
+	if rw.err == nil {
+		if err := checkServer(ctx, &rw.ver, rw.rdb); err != nil {
+			return nil, err
+		}
+	}
 	begin := rw.o.now()
 	l, err := rw.obtainLease(ctx, mode, key, wait, opts)
 	if rw.o.metrics != nil {
 		rw.obs.Waited(key, rw.o.now().Sub(begin), err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, serverErr(err)
 	}
 	return l, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -27,6 +28,7 @@ var _ Locker = (*Simple)(nil)
 // the holder's remaining TTL); use Client for notified waiting, reentrancy
 // and fairness. It is safe for concurrent use.
 type Simple struct {
+	ver redisver.Gate // the server's version, checked at the first obtain
 	rdb redis.UniversalClient
 	o   clientOptions
 	obs observe.Lock
@@ -95,11 +97,14 @@ func (s *Simple) obtain(ctx context.Context, key string, wait bool, opts []Optio
 	if err := checkObtain(key, &o, s.o.ttl); err != nil {
 		return nil, err
 	}
+	if err := checkServer(ctx, &s.ver, s.rdb); err != nil {
+		return nil, err
+	}
 	begin := s.o.now()
 	l, err := s.obtainLoop(ctx, key, wait, o)
 	s.obs.Waited(key, s.o.now().Sub(begin), err)
 	if err != nil {
-		return nil, err
+		return nil, serverErr(err)
 	}
 	return l, nil
 }

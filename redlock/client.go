@@ -17,6 +17,7 @@ import (
 	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
+	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -34,17 +35,19 @@ const subscribeWait = 250 * time.Millisecond
 // documentation). It is safe for concurrent use. The zero value is not
 // usable: call New.
 type Client struct {
-	masters []redis.UniversalClient
-	pipes   []*pipe.Pipeliner // per master: acquisitions and releases, pipelined under load
-	addrs   []string
-	quorum  int
-	node    hashlock.Node
-	o       options
-	obs     observe.Lock // logger and metrics hooks
-	id      string       // this client's id: its waiters are "<id>:<n>"
-	quit    chan struct{}
-	stopSub context.CancelFunc // cancels the subscriptions' set-up
-	subCtx  context.Context    // the lifetime ctx of the subscriptions (background work)
+	vers        []redisver.Gate // per master: its version, checked at the first obtain
+	versChecked atomic.Bool     // every master's version checked and passed
+	masters     []redis.UniversalClient
+	pipes       []*pipe.Pipeliner // per master: acquisitions and releases, pipelined under load
+	addrs       []string
+	quorum      int
+	node        hashlock.Node
+	o           options
+	obs         observe.Lock // logger and metrics hooks
+	id          string       // this client's id: its waiters are "<id>:<n>"
+	quit        chan struct{}
+	stopSub     context.CancelFunc // cancels the subscriptions' set-up
+	subCtx      context.Context    // the lifetime ctx of the subscriptions (background work)
 
 	lines lines // local lines per key
 
@@ -134,6 +137,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		pipes[i] = pipe.New(m, o.inFlight)
 	}
 	return &Client{
+		vers:    make([]redisver.Gate, len(masters)),
 		masters: slices.Clone(masters),
 		pipes:   pipes,
 		addrs:   addrs,

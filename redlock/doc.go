@@ -21,7 +21,9 @@
 // acquisition, DefaultNodeTimeout 20 ms; 100–250 ms on a loaded host),
 // WithDefaultTTL (DefaultTTL, 10 s) or lock.WithTTL per call, WithEvenMasters
 // (to accept an even number of masters), WithHolderMeta, WithMetrics and
-// WithLogger. Every master must run Redis 6.2 or later.
+// WithLogger. Every master must run Redis 6.2 or later (lock.MinRedisVersion):
+// the first Obtain asks each master (INFO, once) and returns
+// lock.ErrServerVersion if one is older.
 //
 // # Guarantees
 //

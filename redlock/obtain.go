@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/lockopt"
+	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -79,6 +80,50 @@ func (c *Client) obtainLease(ctx context.Context, key string, wait bool, opts []
 	if err != nil {
 		return nil, err
 	}
+	if err := c.checkServers(ctx); err != nil {
+		return nil, err
+	}
+	l, err := c.obtainResolved(ctx, key, wait, o)
+	return l, redisver.Translate(err, redisver.Min, redisver.Need, lock.ErrServerVersion)
+}
+
+// checkServers asks every master for its version at the client's first
+// obtain (each Gate asks once), all at once and for at most the time a
+// release may take: a master that does not answer passes, as a dead master
+// must not hold up the quorum. The first master found too old fails the
+// call with lock.ErrServerVersion.
+func (c *Client) checkServers(ctx context.Context) error {
+	if c.versChecked.Load() {
+		return nil
+	}
+	errs := make(chan error, len(c.masters))
+	cctx, cancel := context.WithTimeout(ctx, c.o.slowTimeout())
+	defer cancel()
+	for i := range c.masters {
+		go func() {
+			errs <- c.vers[i].Check(cctx, c.masters[i], redisver.Min, redisver.Need, lock.ErrServerVersion)
+		}()
+	}
+	var first error
+	for range c.masters {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
+	}
+	for i := range c.vers {
+		if !c.vers[i].Done() {
+			return nil
+		}
+	}
+	c.versChecked.Store(true)
+	return nil
+}
+
+func (c *Client) obtainResolved(ctx context.Context, key string, wait bool, o lockopt.Obtain) (lock.Lease, error) {
+	var err error
 	owner, ok := lock.OwnerFrom(ctx)
 	if !ok {
 		owner = lock.NewOwner()

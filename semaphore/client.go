@@ -18,6 +18,7 @@ import (
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -122,6 +123,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // lock.Locker: Obtain is Acquire, so lock.Do runs a function under a
 // permit. It is safe for concurrent use.
 type Client struct {
+	ver  redisver.Gate // the server's version, checked at the first acquisition
 	rdb  redis.UniversalClient
 	o    options
 	obs  observe.Lock
@@ -244,11 +246,14 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []loc
 	if c.o.metrics != nil {
 		c.obs.Waited(name, time.Since(begin), err)
 	}
-	return p, err
+	return p, redisver.Translate(err, redisver.Min, redisver.Need, lock.ErrServerVersion)
 }
 
 func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts []lock.Option) (*Permit, error) {
 	if err := c.check(name); err != nil {
+		return nil, err
+	}
+	if err := c.ver.Check(ctx, c.rdb, redisver.Min, redisver.Need, lock.ErrServerVersion); err != nil {
 		return nil, err
 	}
 	o := lockopt.Apply(opts)

@@ -20,7 +20,9 @@
 // WithPermits (N for a semaphore never set with SetPermits, default 1),
 // WithDefaultTTL (DefaultTTL) or lock.WithTTL per call, WithPrefix,
 // WithMetrics and WithLogger; NewZK with WithZKPermits for ZooKeeper. Redis 6.2
-// or later is required.
+// or later (lock.MinRedisVersion) is required: the first acquisition asks the
+// server (INFO, once per client) and returns lock.ErrServerVersion from an
+// older one.
 //
 // # Guarantees
 //
