@@ -1,6 +1,7 @@
-// Package readme_test compiles the Go snippets of the README and the usage
-// blocks of the package docs, so that
-// they stay true to the code.
+// Package readme_test holds the README and the package docs to the code:
+// it compiles the README's Go snippets and the usage blocks of the package
+// docs, and runs each README snippet (snippets_gen_test.go, generated from
+// README.md) against real servers, checking what the README says it does.
 package readme_test
 
 import (
@@ -60,6 +61,8 @@ var (
 func withdraw(ctx context.Context, user string, amount int) error { return nil }
 
 func drainOutbox(ctx context.Context, token int64) error { <-ctx.Done(); return nil }
+
+func sendReport(ctx context.Context) error { return nil }
 
 var locker lock.Locker
 
