@@ -38,17 +38,18 @@ var (
 	// watched keys changed.
 	ErrConflict = errors.New("lock: optimistic transaction kept conflicting")
 	// ErrServerVersion is returned by the first call of a Redis lock
-	// (Client, Simple, RW, redlock.Client, semaphore.Client) whose server
-	// states a version older than MinRedisVersion, and by a call whose
-	// script the server refused for a command it lacks. The message names
-	// the server's version and the one needed.
+	// (Client, Simple, RW, semaphore.Client; for redlock.Client the first
+	// that fails) whose server states a version older than MinRedisVersion,
+	// and by a call whose script the server refused for a command it
+	// lacks. The message names the server's version and the one needed.
 	ErrServerVersion = errors.New("lock: Redis server too old")
 )
 
 // MinRedisVersion is the oldest Redis the Redis locks run on: their scripts
-// use SET ... GET (Redis 6.2). The first call of a Client, Simple, RW,
-// redlock.Client or semaphore.Client asks the server (INFO server, once)
-// and returns ErrServerVersion if it is older.
+// use SET ... GET (Redis 6.2). The first call of a Client, Simple, RW or
+// semaphore.Client (the first failed one of a redlock.Client, which must
+// not wait for a silent master) asks the server (INFO server, once) and
+// returns ErrServerVersion if it is older.
 const MinRedisVersion = "6.2.0"
 
 // checkServer runs g's version check against rdb (once per client).

@@ -22,7 +22,7 @@
 // WithDefaultTTL (DefaultTTL, 10 s) or lock.WithTTL per call, WithEvenMasters
 // (to accept an even number of masters), WithHolderMeta, WithMetrics and
 // WithLogger. Every master must run Redis 6.2 or later (lock.MinRedisVersion):
-// the first Obtain asks each master (INFO, once) and returns
+// the first Obtain that fails asks each master (INFO, once) and returns
 // lock.ErrServerVersion if one is older.
 //
 // # Guarantees

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,45 +81,90 @@ func (c *Client) obtainLease(ctx context.Context, key string, wait bool, opts []
 	if err != nil {
 		return nil, err
 	}
-	if err := c.checkServers(ctx); err != nil {
-		return nil, err
-	}
 	l, err := c.obtainResolved(ctx, key, wait, o)
+	if err != nil && !errors.Is(err, lock.ErrClosed) {
+		// Only a failed call asks the masters' versions: on a master older
+		// than lock.MinRedisVersion every acquisition fails, and a call
+		// that succeeds needs no answer (nor waits for a silent master).
+		if verr := c.checkServers(ctx); verr != nil {
+			return nil, verr
+		}
+	}
 	return l, redisver.Translate(err, redisver.Min, redisver.Need, lock.ErrServerVersion)
 }
 
 // checkServers asks every master for its version at the client's first
-// obtain (each Gate asks once), all at once and for at most the time a
-// release may take: a master that does not answer passes, as a dead master
-// must not hold up the quorum. The first master found too old fails the
-// call with lock.ErrServerVersion.
+// failed obtain (each Gate asks once), all at once, and waits for the answers as
+// long as an acquisition waits for a master's (WithNodeTimeout): a master
+// that answers later gives its verdict to the calls after, and a dead one
+// never holds up the quorum. The asks run as the Client's background work
+// (Close waits for them), each bounded by the release timeout (for clients
+// that honour ctx deadlines). A master found too old fails the call with
+// lock.ErrServerVersion.
 func (c *Client) checkServers(ctx context.Context) error {
 	if c.versChecked.Load() {
 		return nil
 	}
-	errs := make(chan error, len(c.masters))
-	cctx, cancel := context.WithTimeout(ctx, c.o.slowTimeout())
-	defer cancel()
-	for i := range c.masters {
+	var ask []int
+	decided := true
+	for i := range c.vers {
+		switch {
+		case c.vers[i].Pending():
+			ask = append(ask, i)
+			decided = false
+		case !c.vers[i].Done():
+			decided = false // an ask in flight
+		}
+	}
+	if decided {
+		for i := range c.vers {
+			if err := c.vers[i].Check(ctx, c.masters[i], redisver.Min, redisver.Need, lock.ErrServerVersion); err != nil {
+				return err
+			}
+		}
+		c.versChecked.Store(true)
+		return nil
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.bg.Add(len(ask))
+	c.mu.Unlock()
+	errs := make(chan error, len(ask))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
+	var left atomic.Int32 // asks still running; the last one cancels cctx
+	left.Store(int32(len(ask)))
+	done := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	for _, i := range ask {
 		go func() {
+			defer c.bg.Done()
+			defer done()
 			errs <- c.vers[i].Check(cctx, c.masters[i], redisver.Min, redisver.Need, lock.ErrServerVersion)
 		}()
 	}
-	var first error
-	for range c.masters {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	if first != nil {
-		return first
-	}
-	for i := range c.vers {
-		if !c.vers[i].Done() {
+	timer := time.NewTimer(c.o.nodeTimeout)
+	defer timer.Stop()
+	for range ask {
+		select {
+		case err := <-errs:
+			if err != nil {
+				return err
+			}
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
 			return nil
 		}
 	}
-	c.versChecked.Store(true)
 	return nil
 }
 

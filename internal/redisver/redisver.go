@@ -141,6 +141,9 @@ func (g *Gate) Check(ctx context.Context, rdb redis.UniversalClient, min Version
 // Done reports whether the check has run (whatever its verdict).
 func (g *Gate) Done() bool { return g.state.Load() == 2 }
 
+// Pending reports whether the check has not begun.
+func (g *Gate) Pending() bool { return g.state.Load() == 0 }
+
 func addrOf(rdb redis.UniversalClient) string {
 	if c, ok := rdb.(*redis.Client); ok {
 		return c.Options().Addr
