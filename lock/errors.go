@@ -25,8 +25,9 @@ var (
 
 var (
 	// ErrInvalid is wrapped by the errors for invalid arguments: a nil
-	// client, an empty key, a TTL at or below zero or under MinTTL. Every
-	// lock package's own ErrInvalid wraps it.
+	// client, an empty key, a TTL at or below zero or under MinTTL. The
+	// invalid-argument errors of every lock package (redlock, zklock,
+	// sqllock, semaphore) match it too.
 	ErrInvalid = errors.New("lock: invalid argument")
 	// ErrClosed is returned by a Client or Simple lock after Close, and is
 	// the cause of the loss of every lease it still renewed.
