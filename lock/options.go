@@ -135,7 +135,9 @@ func WithMetricsKey(fn func(key string) string) ClientOption {
 func WithLogger(l *slog.Logger) ClientOption { return func(o *clientOptions) { o.logger = l } }
 
 // WithClock sets the clock used to time leases (the watchdog's expiry
-// estimate) and metrics. Default: time.Now.
+// estimate) and metrics. Default: time.Now. It is the hook for tests (a
+// clock that jumps, a process stopped past its deadline); production code
+// leaves it unset.
 func WithClock(now func() time.Time) ClientOption {
 	return func(o *clientOptions) {
 		if now != nil {

@@ -151,7 +151,9 @@ func WithReleaseWindow(d time.Duration) Option { return func(o *options) { o.rel
 func WithInFlight(n int) Option { return func(o *options) { o.inFlight = n } }
 
 // WithClock sets the clock that times acquisitions (validity) and leases
-// (the watchdog). Default: time.Now.
+// (the watchdog). Default: time.Now. It is the hook for tests (a clock that
+// jumps, a process stopped past its deadline); production code leaves it
+// unset.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) {
 		if now != nil {

@@ -145,7 +145,8 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 // WithClock sets the clock that times leases (the watchdog's deadlines)
 // and metrics. Default: time.Now. Expiry in the database follows the
-// database's clock, never this one.
+// database's clock, never this one. It is the hook for tests; production
+// code leaves it unset.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) {
 		if now != nil {

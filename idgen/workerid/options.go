@@ -129,5 +129,6 @@ func WithDialect(d sqllock.Dialect) Option { return func(o *options) { o.dialect
 func WithHost(h string) Option { return func(o *options) { o.host = h } }
 
 // WithClock sets the clock used for lease records and high-water marks.
-// Default: time.Now.
+// Default: time.Now. It is the hook for tests; production code leaves it
+// unset.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
