@@ -462,13 +462,26 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 	return f
 }
 
-// finalKill kills a client process while it holds a lock (waiting up to a
-// second for one to), as the last fault of a schedule; the process is
-// replaced at once, like client-kill's.
+// finalKill kills a client process as the last fault of a schedule: the
+// one that took the longest-lived long key (L1, else L0) last, 20 to 300
+// ms after it did, before its first renewal (waiting up to 8 s for such an
+// acquisition), else one that holds any lock (waiting up to a second).
+// The process is replaced at once, like client-kill's.
 func (e *env) finalKill(seed uint64) Fault {
 	sl := e.slots[int(seed)%len(e.slots)]
+	key := "L1"
+	if _, ok := e.cfg.keyLives()[key]; !ok {
+		key = "L0"
+	}
+	if _, ok := e.cfg.keyLives()[key]; ok {
+		if s := e.freshHolder(key, 20*time.Millisecond, 300*time.Millisecond, 8*time.Second); s != nil {
+			sl = s
+		}
+	}
 	_, _, proc := sl.current()
-	e.waitHolding(context.Background(), proc, time.Second)
+	if sl == e.slots[int(seed)%len(e.slots)] {
+		e.waitHolding(context.Background(), proc, time.Second)
+	}
 	f := Fault{Kind: fClientKill, Target: proc, Proc: proc, Start: monoNow(), Wall: time.Now().UnixNano(), Detail: "final"}
 	sl.kill()
 	f.End = monoNow()
@@ -476,6 +489,67 @@ func (e *env) finalKill(seed uint64) Fault {
 		f.Err = err.Error()
 	}
 	return f
+}
+
+// freshHolder follows the slots' histories from now on until one of them
+// shows an acquisition of key that is between min and max old and not yet
+// released or lost, and returns that slot; nil after d.
+func (e *env) freshHolder(key string, min, max, d time.Duration) *slot {
+	type follow struct {
+		sl   *slot
+		path string
+		off  int64
+		rest []byte
+		open map[string]int64 // hold -> acquisition (mono)
+	}
+	var fs []*follow
+	for _, sl := range e.slots {
+		_, _, proc := sl.current()
+		path := filepath.Join(e.dir, "hist-"+proc+".jsonl")
+		st, err := os.Stat(path)
+		if err != nil {
+			continue
+		}
+		fs = append(fs, &follow{sl: sl, path: path, off: st.Size(), open: map[string]int64{}})
+	}
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		for _, f := range fs {
+			file, err := os.Open(f.path)
+			if err != nil {
+				continue
+			}
+			buf := make([]byte, 1<<20)
+			n, _ := file.ReadAt(buf, f.off)
+			file.Close()
+			f.off += int64(n)
+			data := append(f.rest, buf[:n]...)
+			i := bytes.LastIndexByte(data, '\n')
+			if i < 0 {
+				f.rest = data
+				continue
+			}
+			f.rest = append([]byte(nil), data[i+1:]...)
+			for _, line := range bytes.Split(data[:i], []byte("\n")) {
+				var ev Event
+				if json.Unmarshal(line, &ev) != nil || ev.Key != key || ev.Hold == "" {
+					continue
+				}
+				switch ev.Op {
+				case opAcquired:
+					f.open[ev.Hold] = ev.Mono
+				case opRelease, opLost:
+					delete(f.open, ev.Hold)
+				}
+			}
+			now := monoNow()
+			for _, at := range f.open {
+				if age := time.Duration(now - at); age >= min && age <= max {
+					return f.sl
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // setClock sets the clock offset of slot s's processes (ids.go's control
