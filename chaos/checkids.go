@@ -143,7 +143,7 @@ func CheckIDs(in IDInput) (*Result, error) {
 			byPart[h.Part] = append(byPart[h.Part], ids...)
 			r.Info[iIDs] += int64(len(ids))
 			r.Info[iIDs+"-"+partNames[h.Part]] += int64(len(ids))
-			if h.Part == partSeg {
+			if segmentPart(h.Part) {
 				return nil
 			}
 			r.checkBlock(leases, proc, h, ids)
@@ -156,7 +156,7 @@ func CheckIDs(in IDInput) (*Result, error) {
 	r.checkHandovers(in, leases)
 
 	dups := map[int64]int{}
-	for _, p := range []uint8{partZK, partRedis, partSeg} {
+	for _, p := range idParts() {
 		ids := byPart[p]
 		slices.Sort(ids)
 		for i := 1; i < len(ids); i++ {
@@ -286,7 +286,7 @@ func (r *Result) classifyDups(in IDInput, leases map[string]*idLease, files []st
 		for _, x := range is {
 			byPart[x.h.Part] = append(byPart[x.h.Part], x)
 		}
-		for _, p := range []uint8{partZK, partRedis, partSeg} {
+		for _, p := range idParts() {
 			xs := byPart[p]
 			if len(xs) < 2 {
 				continue
@@ -303,15 +303,12 @@ func (r *Result) classifyDup(in IDInput, leases map[string]*idLease, id int64, x
 	part := partNames[x.h.Part]
 	what := fmt.Sprintf("%d issued by %s (g%d, lease %d, worker %d) and by %s (g%d, lease %d, worker %d), %.3f ms apart",
 		id, x.proc, x.h.G, x.h.Lease, x.h.Worker, y.proc, y.h.G, y.h.Lease, y.h.Worker, float64(y.start-x.start)/1e6)
-	if x.h.Part == partSeg {
-		// redisid: duplicates across processes after a Redis data loss.
-		if x.proc != y.proc {
-			for _, f := range in.Faults {
-				if f.Err == "" && (f.Kind == fRestartNoData || f.Kind == fRestartSnapshot) && f.Start < y.end {
-					r.Documented[dSegDataLoss]++
-					return
-				}
-			}
+	if segmentPart(x.h.Part) {
+		// redisid: duplicates across processes after a Redis data loss;
+		// sqlid: after the row was set back (dupDocumented).
+		if kind, ok := dupDocumented(in.Faults, x, y); ok {
+			r.Documented[kind]++
+			return
 		}
 		r.violateIDs(aDuplicate, part, what, nil)
 		return
@@ -331,6 +328,16 @@ func (r *Result) classifyDup(in IDInput, leases map[string]*idLease, id int64, x
 	default:
 		r.violateIDs(aDuplicate, part, what, a, b)
 	}
+}
+
+// idParts lists the parts, in order.
+func idParts() []uint8 {
+	ps := make([]uint8, 0, len(partNames))
+	for p := range partNames {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
 }
 
 // violateIDs counts an anomaly and keeps (up to 3 per kind) its excerpt:

@@ -99,12 +99,14 @@ func parseClient(args []string) (clientConfig, error) {
 		return c, fmt.Errorf("chaos client: unknown backend %q", c.backend)
 	case len(c.addrs) == 0, c.out == "", c.proc == "":
 		return c, errors.New("chaos client: -addrs, -out and -proc are required")
-	case c.backend != "ids" && c.resource == "":
+	case !isIDBackend(c.backend) && c.resource == "":
 		return c, errors.New("chaos client: -resource is required")
 	case c.owners != "call" && c.owners != "goroutine":
 		return c, fmt.Errorf("chaos client: -owners %q: want call or goroutine", c.owners)
 	case c.backend == "ids" && (c.ctl == "" || c.idsOut == "" || len(c.addrs) < 2 || c.rate < 0):
 		return c, errors.New("chaos client: ids needs -ctl, -ids, ZooKeeper and Redis -addrs, -rate not negative")
+	case c.backend == "sqlid" && (c.idsOut == "" || len(c.addrs) != 2 || c.rate < 0):
+		return c, errors.New("chaos client: sqlid needs -ids, the MariaDB and PostgreSQL DSNs in -addrs, -rate not negative")
 	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0 || c.hold < 0:
 		return c, errors.New("chaos client: -keys, -workers, -ttl and -session must be positive, -hold not negative")
 	case !(c.long >= 0 && c.long <= 1) || c.longFor < 0:
@@ -117,7 +119,7 @@ func parseClient(args []string) (clientConfig, error) {
 
 func validBackend(b string) bool {
 	switch b {
-	case "lock", "fair", "redlock", "zk", "ids", "election":
+	case "lock", "fair", "redlock", "zk", "ids", "election", "sql", "sem", "sqlid":
 		return true
 	}
 	return false
@@ -140,15 +142,18 @@ func runClient(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if cfg.backend == "ids" {
+	switch cfg.backend {
+	case "ids":
 		return runIDs(ctx, cfg, rec)
+	case "sqlid":
+		return runSQLIDs(ctx, cfg, rec)
 	}
 
 	var ctl *zkControl
 	if cfg.backend == "zk" {
 		ctl = &zkControl{}
 	}
-	locker, closeLocker, err := dialLocker(ctx, cfg, ctl)
+	locker, closeLocker, err := dialLocker(ctx, cfg, ctl, rec)
 	if err != nil {
 		return err
 	}
@@ -207,9 +212,14 @@ func formatKeyLives(m map[string]time.Duration) string {
 }
 
 // dialLocker builds the backend's Locker over cfg.addrs; for zk, ctl
-// watches the slot's control node on the Locker's connection (zkctl.go).
-func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl) (lock.Locker, func(), error) {
+// watches the slot's control node on the Locker's connection (zkctl.go);
+// for sql, rec records the pool audit's findings (sqlwl.go).
+func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl, rec *Recorder) (lock.Locker, func(), error) {
 	switch cfg.backend {
+	case "sql":
+		return dialSQL(ctx, cfg, rec)
+	case "sem":
+		return dialSem(cfg.addrs[0])
 	case "lock", "fair", "election":
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.addrs[0]})
 		var opts []lock.ClientOption
@@ -292,7 +302,7 @@ func (w *worker) loop(ctx context.Context) {
 		if w.cfg.owners == "call" {
 			owner = fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
 		}
-		key := fmt.Sprintf("k%d", w.rnd.IntN(w.cfg.keys))
+		key := chaosKey(w.cfg.backend, w.cfg.keys, w.rnd)
 		w.n++
 		hold := fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n)
 		a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: hold, owner: owner}
@@ -301,6 +311,9 @@ func (w *worker) loop(ctx context.Context) {
 		reenter := w.rnd.Float64() < w.cfg.reenter
 		actx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
 		lock.Do(actx, a, key, func(fctx context.Context) error {
+			if w.cfg.backend == "sem" { // permits do not re-enter
+				return w.semSection(fctx, a)
+			}
 			if err := w.section(fctx, a, key); err != nil || !reenter {
 				return err
 			}

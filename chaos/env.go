@@ -27,6 +27,7 @@ type env struct {
 	redis    []*testserver.Redis
 	zk       *testserver.ZooKeeper
 	resource *testserver.Redis
+	sql      *sqlServers // sql, sqlid: MariaDB and PostgreSQL (sqlwl.go)
 	slots    []*slot
 	faults   *faultLog
 	nzk      int // a slot's first nzk proxies lead to ZooKeeper nodes
@@ -70,17 +71,32 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 	if e.faults, err = newFaultLog(filepath.Join(dir, "faults.jsonl")); err != nil {
 		return e, err
 	}
-	if cfg.backend != "ids" { // the ids workload has no protected resource
+	if !isIDBackend(cfg.backend) { // the ID workloads have no protected resource
 		if e.resource, err = testserver.NewRedis(); err != nil {
 			return e, err
 		}
 	}
 	var targets []string
 	switch cfg.backend {
-	case "lock", "fair", "election":
+	case "lock", "fair", "election", "sem":
 		if e.redis, err = testserver.NewRedisMasters(1); err != nil {
 			return e, err
 		}
+	case "sql", "sqlid":
+		if e.sql, err = newSQLServers(); err != nil {
+			return e, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if cfg.backend == "sql" {
+			err = e.sql.createLockTables(ctx)
+		} else {
+			err = e.sql.createSQLIDTables(ctx)
+		}
+		cancel()
+		if err != nil {
+			return e, err
+		}
+		targets = e.sql.addrs()
 	case "redlock":
 		if e.redis, err = testserver.NewRedisMasters(5); err != nil {
 			return e, err
@@ -142,6 +158,9 @@ func (e *env) spawn(s *slot) error {
 	for _, p := range s.proxies {
 		addrs = append(addrs, p.Addr())
 	}
+	if e.sql != nil {
+		addrs = sqlDSNs(e.sql.my, e.sql.pg, addrs[0], addrs[1])
+	}
 	proc := s.proc()
 	logf, err := os.Create(filepath.Join(e.dir, "client-"+proc+".log"))
 	if err != nil {
@@ -166,6 +185,9 @@ func (e *env) spawn(s *slot) error {
 		if e.cfg.contend {
 			args = append(args, "-idmax", strconv.Itoa(max(e.cfg.procs-2, 0)))
 		}
+	}
+	if e.cfg.backend == "sqlid" {
+		args = append(args, "-ids", filepath.Join(e.dir, "ids-"+proc+".bin"), "-rate", strconv.Itoa(e.cfg.idRate))
 	}
 	cmd := exec.Command(e.self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -270,6 +292,11 @@ func (e *env) heal() error {
 			errs = append(errs, err)
 		}
 	}
+	if e.sql != nil {
+		if err := e.sql.heal(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, s := range e.slots {
 		for _, p := range s.proxies {
 			p.Reset()
@@ -330,6 +357,9 @@ func (e *env) close() {
 	}
 	if e.resource != nil {
 		e.resource.Close()
+	}
+	if e.sql != nil {
+		e.sql.close()
 	}
 	if e.faults != nil {
 		e.faults.Close()

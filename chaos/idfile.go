@@ -23,7 +23,8 @@ import (
 //	block  = header id{count}
 //	header = 40 bytes
 //	   0  uint32  0x49444231 ("IDB1")   block marker
-//	   4  uint8   part                  1 Snowflake on a ZooKeeper lease, 2 on a Redis lease, 3 Redis segments
+//	   4  uint8   part                  1 Snowflake on a ZooKeeper lease, 2 on a Redis lease, 3 Redis segments,
+//	                                    4 sqlid segments on MariaDB, 5 on PostgreSQL (sqlidwl.go)
 //	   5  uint8   goroutine             within the process
 //	   6  uint16  0                     reserved
 //	   8  uint32  count                 IDs that follow

@@ -208,7 +208,7 @@ func runIDs(ctx context.Context, cfg clientConfig, rec *Recorder) error {
 	run(func() { c.control(ctx, seq) })
 	run(func() { c.snowflakes(ctx, partZK, zkl) })
 	run(func() { c.snowflakes(ctx, partRedis, rl) })
-	run(func() { c.segments(ctx, seg) })
+	run(func() { c.segments(ctx, partSeg, seg) })
 	wg.Wait()
 	return nil
 }
@@ -418,8 +418,13 @@ func (c *idsClient) issue(ctx context.Context, part uint8, g uint8, n int, lease
 	}
 }
 
-// segments draws IDs from seg in runs of idBatch.
-func (c *idsClient) segments(ctx context.Context, seg *redisid.Segment) {
+// nexter is a segment generator: redisid's or sqlid's Segment.
+type nexter interface {
+	Next(ctx context.Context) (int64, error)
+}
+
+// segments draws IDs of part from seg in runs of idBatch.
+func (c *idsClient) segments(ctx context.Context, part uint8, seg nexter) {
 	var wg sync.WaitGroup
 	for g := range idGoroutines {
 		wg.Add(1)
@@ -429,7 +434,7 @@ func (c *idsClient) segments(ctx context.Context, seg *redisid.Segment) {
 			defer w.flush()
 			p := newPacer(c.cfg.rate / idGoroutines)
 			buf := make([]int64, 0, idBatch)
-			h := BlockHeader{Part: partSeg, G: uint8(g), Worker: -1}
+			h := BlockHeader{Part: part, G: uint8(g), Worker: -1}
 			failing := ""
 			for ctx.Err() == nil {
 				p.wait(ctx)
@@ -454,7 +459,7 @@ func (c *idsClient) segments(ctx context.Context, seg *redisid.Segment) {
 				if err != nil && ctx.Err() == nil {
 					if k := errKind(err); k != failing {
 						failing = k
-						c.rec.Record(Event{G: g, Op: opGenErr, Part: partNames[partSeg], Res: k})
+						c.rec.Record(Event{G: g, Op: opGenErr, Part: partNames[part], Res: k})
 					}
 					sleepCtx(ctx, 20*time.Millisecond)
 				}

@@ -115,6 +115,12 @@ func faultKinds(backend string) []string {
 	case "ids":
 		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
 			fZKExpire, fZKNodeKill}
+	case "sem":
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot)
+	case "sql":
+		return append(common, fSQLRestart, fSQLRowLock)
+	case "sqlid":
+		return append(common, fSQLRestart, fSQLIDRollback)
 	}
 	return nil
 }
@@ -223,6 +229,12 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(5), span(200*time.Millisecond, 1*time.Second)
 		case fLockDelete:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(200*time.Millisecond, 1*time.Second)
+		case fSQLRestart:
+			s.Target = rnd.IntN(serverCount(cfg.backend))
+		case fSQLRowLock: // a server and one of its session keys
+			s.Target, s.Dur = rnd.IntN(2*cfg.keys), span(500*time.Millisecond, 3*time.Second)
+		case fSQLIDRollback:
+			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(500*time.Millisecond, 2*time.Second)
 		case fClockStep:
 			// 1 ms to 1 s, log-uniform (steps within the generators'
 			// 5 ms tolerance as well as far beyond it); back twice as
@@ -254,6 +266,8 @@ func serverCount(backend string) int {
 		return 5
 	case "zk", "ids":
 		return 3 // ids: ZooKeeper nodes; its one Redis takes any index
+	case "sql", "sqlid":
+		return 2 // MariaDB, PostgreSQL
 	}
 	return 1
 }
@@ -324,6 +338,12 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		}
 	}()
 	client := func() *slot { return e.slots[s.Target%len(e.slots)] }
+	if e.sql != nil {
+		if ok, serr := e.applySQL(ctx, s, &f); ok {
+			err = serr
+			return f
+		}
+	}
 	switch s.Kind {
 	case fClientKill:
 		sl := client()
@@ -340,7 +360,7 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		// The paused holder: wait (up to a second) until the process
 		// holds a lock, so the pause lands inside a critical section.
 		// (A process of the ids backend holds its worker IDs throughout.)
-		if e.cfg.backend != "ids" {
+		if !isIDBackend(e.cfg.backend) {
 			e.waitHolding(ctx, f.Proc, time.Second)
 		}
 		if err = sl.signal(syscall.SIGSTOP); err != nil {

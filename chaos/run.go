@@ -137,7 +137,7 @@ func runMain(args []string) (int, error) {
 	}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	profile := fs.String("profile", "short", "short or long")
-	backends := fs.String("backend", strings.Join(allBackends, ","), "comma-separated backends: lock, fair, redlock, zk, ids, and election (not run by default: leader election over the Redis lock)")
+	backends := fs.String("backend", strings.Join(allBackends, ","), "comma-separated backends: lock, fair, redlock, zk, ids, sql (sqllock on MariaDB and PostgreSQL), sem (the Redis semaphore), sqlid (sqlid segments on MariaDB and PostgreSQL), and election (not run by default: leader election over the Redis lock)")
 	seed := fs.Uint64("seed", 0, "seed of the schedules (0: from the clock; printed)")
 	dur := fs.Duration("dur", 0, "load phase per backend (0: the profile's)")
 	faults := fs.Int("faults", 0, "faults per backend at most (0: the profile's)")
@@ -148,7 +148,7 @@ func runMain(args []string) (int, error) {
 	out := fs.String("out", "", "directory for histories and reports (default: a new temp dir)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default: every kind of each backend)")
 	reenter := fs.Float64("reenter", -1, "the fraction of critical sections that re-enter their key with a nested lock.Do (-1: the profile's)")
-	long := fs.Float64("long", 0, "the fraction of critical sections whose work lasts twice the TTL (or the session), ended early only by the lease's loss: a holder that is never told of a loss then outlives the report bound (0: none, as in the profiles)")
+	long := fs.Float64("long", 0, "the fraction of critical sections whose work lasts twice the TTL (or the session), ended early only by the lease's loss: a holder that is never told of a loss then outlives the report bound (0: the backend's default, backendLong: none but for sql)")
 	longKeys := fs.String("long-keys", "", "on or off: the long keys' workers (default: the profile's; client.go's longLoop)")
 	contend := fs.Bool("ids-contend", false, "ids: contention mode: the processes contend for procs-1 worker IDs per part, their clocks differ by up to 4 ms, a released ID is retaken at once while its old generators draw at full speed")
 	if err := fs.Parse(args); err != nil {
@@ -245,7 +245,10 @@ func runMain(args []string) (int, error) {
 		cfg.backend = b
 		cfg.seed = *seed + uint64(i)
 		cfg.dur = base.durFor(b, *dur)
-		if b != "ids" {
+		if cfg.long == 0 {
+			cfg.long = backendLong[b]
+		}
+		if !isIDBackend(b) {
 			// The quiet period outlasts the docs' liveness bound, the load
 			// phase grown by as much, so the faults keep their window.
 			q := max(cfg.quiet, livenessBound(b, cfg.maxLife())+time.Second)
@@ -358,7 +361,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		if e.resource == nil {
 			return nil
 		}
-		res, err := dumpResource(context.Background(), e.resource.Addr(), cfg.keyNames())
+		res, err := dumpResource(context.Background(), e.resource.Addr(), append(backendKeys(cfg.backend, cfg.keys), sortedKeys(cfg.keyLives())...))
 		if err != nil {
 			return err
 		}
@@ -382,7 +385,7 @@ func checkDir(dir string) (*Report, error) {
 	if err := readJSON(filepath.Join(dir, "run.json"), &meta); err != nil {
 		return nil, err
 	}
-	if meta.Backend == "ids" {
+	if isIDBackend(meta.Backend) {
 		return checkIDsDir(dir, meta)
 	}
 	var res Resource

@@ -1,0 +1,484 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+	"github.com/coordkit/coordkit/sqllock"
+)
+
+// The sql backend: lock.Do over sqllock on MariaDB and PostgreSQL, with
+// both of its locks on each: session locks (GET_LOCK, advisory locks) and
+// the lease table. Every section picks one of the four variants and one of
+// its keys; a key is "<variant>-k<i>" and the variant routes it to its
+// Client (sqlLocker), so the lock checkers see four sets of keys. The
+// clients reach each database through their slot's proxy (a DSN per
+// server in -addrs: MariaDB first).
+//
+// Each session-lock pool keeps its idle connections (SetMaxIdleConns), as a
+// service's pool does, and every second (and once more when the process
+// stops) the process checks them: sqllock's doc promises that no connection
+// goes back to the pool holding a session lock. A connection that does is
+// recorded as a poolheld event, an anomaly (checkSQLPool).
+var sqlVariants = []string{"mys", "myl", "pgs", "pgl"}
+
+// sqlVariantName describes a variant for people.
+var sqlVariantName = map[string]string{
+	"mys": "MariaDB session lock", "myl": "MariaDB lease table",
+	"pgs": "PostgreSQL session lock", "pgl": "PostgreSQL lease table",
+}
+
+// Fault kinds of the SQL backends (sql, sqlid).
+const (
+	// fSQLRestart is sql-restart: kill -9 a database server and start it
+	// again on its data (committed writes survive, as InnoDB's and
+	// PostgreSQL's durable defaults promise).
+	fSQLRestart = "sql-restart"
+	// fSQLRowLock is sql-row-lock: an operator's transaction locks a
+	// session lock's fencing row (SELECT ... FOR UPDATE) at a moment the
+	// lock is free, and keeps it 0.5 to 3 s: the next acquisition is
+	// granted the lock and then waits for the row until its lock wait
+	// ends (sqllock/doc.go, Session locks: "it waited for the fencing row
+	// behind a slower transaction ... an operator's DELETE in an open
+	// transaction").
+	fSQLRowLock = "sql-row-lock"
+)
+
+// opPoolHeld is a session-lock connection found idle in its pool while
+// its session held a lock: Key the lock's key, Val how many levels (or
+// locks), Res the pool.
+const opPoolHeld = "poolheld"
+
+// aPoolHeld is the anomaly of a poolheld event.
+const aPoolHeld = "sql-pool-conn-holds-lock"
+
+// sqlPoolAudit is how often a client of the sql backend checks its
+// session-lock pools' idle connections.
+const sqlPoolAudit = time.Second
+
+// sqlIdleConns is the session-lock pools' idle-connection limit: more than
+// a process ever has, so that no idle connection is closed by the pool.
+const sqlIdleConns = 64
+
+// isSQLBackend reports whether b runs on the SQL servers.
+func isSQLBackend(b string) bool { return b == "sql" || b == "sqlid" }
+
+// chaosKey draws a section's key of backend b from rnd: k0..k(keys-1), or
+// for sql a variant's key.
+func chaosKey(b string, keys int, rnd *rand.Rand) string {
+	if b == "sql" {
+		v := sqlVariants[rnd.IntN(len(sqlVariants))]
+		return fmt.Sprintf("%s-k%d", v, rnd.IntN(keys))
+	}
+	return fmt.Sprintf("k%d", rnd.IntN(keys))
+}
+
+// backendKeys lists every key the sections of backend b use.
+func backendKeys(b string, keys int) []string {
+	var out []string
+	if b == "sql" {
+		for _, v := range sqlVariants {
+			for i := range keys {
+				out = append(out, fmt.Sprintf("%s-k%d", v, i))
+			}
+		}
+		return out
+	}
+	for i := range keys {
+		out = append(out, fmt.Sprintf("k%d", i))
+	}
+	return out
+}
+
+// sqlLocker routes a key to its variant's Locker.
+type sqlLocker map[string]lock.Locker
+
+func (l sqlLocker) route(key string) (lock.Locker, error) {
+	v, _, _ := strings.Cut(key, "-")
+	if x, ok := l[v]; ok {
+		return x, nil
+	}
+	return nil, fmt.Errorf("chaos: key %q has no SQL variant", key)
+}
+
+func (l sqlLocker) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	x, err := l.route(key)
+	if err != nil {
+		return nil, err
+	}
+	return x.Obtain(ctx, key, opts...)
+}
+
+func (l sqlLocker) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	x, err := l.route(key)
+	if err != nil {
+		return nil, err
+	}
+	return x.TryObtain(ctx, key, opts...)
+}
+
+// sqlDSNs are the DSNs of the servers at the given addresses (MariaDB's,
+// PostgreSQL's): MariaDB's row lock waits end after 1 s (a service's
+// setting; the default 50 s outlasts every fault), PostgreSQL's are bounded
+// by sqllock's wait slice.
+func sqlDSNs(my *testserver.MariaDB, pg *testserver.Postgres, myAddr, pgAddr string) []string {
+	return []string{my.DSNAt(myAddr, "innodb_lock_wait_timeout=1"), pg.DSNAt(pgAddr)}
+}
+
+// dialSQL opens the four variants' Clients over the DSNs of cfg.addrs and
+// starts the pool audit, which ends with ctx (the returned close func
+// waits for it and runs the last audit).
+func dialSQL(ctx context.Context, cfg clientConfig, rec *Recorder) (lock.Locker, func(), error) {
+	if len(cfg.addrs) != 2 {
+		return nil, nil, errors.New("chaos client: sql needs the MariaDB and PostgreSQL DSNs in -addrs")
+	}
+	var dbs []*sql.DB
+	closeDBs := func() {
+		for _, db := range dbs {
+			db.Close()
+		}
+	}
+	open := func(driver, dsn string) *sql.DB {
+		db, err := sql.Open(driver, dsn) // only parses the DSN
+		if err != nil {
+			return nil
+		}
+		dbs = append(dbs, db)
+		return db
+	}
+	myS, myL := open("mysql", cfg.addrs[0]), open("mysql", cfg.addrs[0])
+	pgS, pgL := open("pgx", cfg.addrs[1]), open("pgx", cfg.addrs[1])
+	if myS == nil || myL == nil || pgS == nil || pgL == nil {
+		closeDBs()
+		return nil, nil, errors.New("chaos client: bad SQL DSN")
+	}
+	myS.SetMaxIdleConns(sqlIdleConns)
+	pgS.SetMaxIdleConns(sqlIdleConns)
+	var clients []*sqllock.Client
+	add := func(c *sqllock.Client, err error) *sqllock.Client {
+		if err == nil {
+			clients = append(clients, c)
+		}
+		return c
+	}
+	l := sqlLocker{
+		"mys": add(sqllock.NewMySQL(myS)),
+		"myl": add(sqllock.NewLeaseTable(myL, sqllock.MySQL)),
+		"pgs": add(sqllock.NewPostgres(pgS)),
+		"pgl": add(sqllock.NewLeaseTable(pgL, sqllock.Postgres)),
+	}
+	closeAll := func() {
+		for _, c := range clients {
+			c.Close()
+		}
+		closeDBs()
+	}
+	if len(clients) != len(sqlVariants) {
+		closeAll()
+		return nil, nil, errors.New("chaos client: sqllock clients")
+	}
+	a := &poolAudit{rec: rec, keys: cfg.keys, pools: map[string]*sql.DB{"mys": myS, "pgs": pgS}}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { // owned by the close func below: ends when actx ends
+		defer close(done)
+		a.loop(actx)
+	}()
+	return l, func() {
+		stop()
+		<-done
+		// The workers have ended (every hold released): the last check.
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		a.check(cctx)
+		cancel()
+		closeAll()
+	}, nil
+}
+
+// poolAudit checks the idle connections of the session-lock pools.
+type poolAudit struct {
+	rec   *Recorder
+	keys  int
+	pools map[string]*sql.DB // by variant
+	mu    sync.Mutex         // one check at a time
+}
+
+func (a *poolAudit) loop(ctx context.Context) {
+	t := time.NewTicker(sqlPoolAudit)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, sqlPoolAudit/2)
+		a.check(cctx)
+		cancel()
+	}
+}
+
+// check takes as many connections from each pool as it has idle (the idle
+// ones first: a pool hands those out before it opens new ones) and asks
+// each session whether it holds a session lock of a key of the variant.
+// A connection taken by sqllock is never idle while it holds a lock, so
+// every one found holding is an anomaly.
+func (a *poolAudit) check(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range []string{"mys", "pgs"} {
+		db := a.pools[v]
+		n := db.Stats().Idle
+		var conns []*sql.Conn
+		for range n {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				break
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			for i := range a.keys {
+				key := fmt.Sprintf("%s-k%d", v, i)
+				name := sqllock.DefaultPrefix + key
+				var held int64
+				var err error
+				if v == "mys" {
+					// The GET_LOCK name is the name itself: short, of a-z0-9-:.
+					err = c.QueryRowContext(ctx, "SELECT COALESCE(IS_USED_LOCK(?) = CONNECTION_ID(), 0)", name).Scan(&held)
+				} else {
+					// A bigint advisory key k is classid k>>32, objid k&0xffffffff, objsubid 1.
+					k := uint64(pgAdvisoryKey(name))
+					err = c.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+  AND pid = pg_backend_pid() AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1`,
+						int64(k>>32), int64(k&0xffffffff)).Scan(&held)
+				}
+				if err != nil {
+					break // a broken connection holds nothing
+				}
+				if held > 0 {
+					a.rec.Record(Event{Op: opPoolHeld, Key: key, Val: held, Res: sqlVariantName[v]})
+				}
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
+
+// pgAdvisoryKey is sqllock's advisory key of a lock name (its doc: the
+// first 64 bits of SHA-256(name)).
+func pgAdvisoryKey(name string) int64 {
+	sum := sha256.Sum256([]byte(name))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// sqlServers are the database servers of the SQL backends and the
+// orchestrator's own pools on them (direct, not through a proxy).
+type sqlServers struct {
+	my   *testserver.MariaDB
+	pg   *testserver.Postgres
+	myDB *sql.DB
+	pgDB *sql.DB
+}
+
+// newSQLServers starts MariaDB and PostgreSQL and opens the
+// orchestrator's pools (no idle connections kept: a fault's session ends
+// with it).
+func newSQLServers() (*sqlServers, error) {
+	s := &sqlServers{}
+	var err error
+	if s.my, err = testserver.NewMariaDB(); err != nil {
+		return nil, err
+	}
+	if s.pg, err = testserver.NewPostgres(); err != nil {
+		s.close()
+		return nil, err
+	}
+	if s.myDB, err = sql.Open("mysql", s.my.DSN()); err == nil {
+		s.pgDB, err = sql.Open("pgx", s.pg.DSN())
+	}
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.myDB.SetMaxIdleConns(0)
+	s.pgDB.SetMaxIdleConns(0)
+	return s, nil
+}
+
+// addrs are the servers' addresses, MariaDB first.
+func (s *sqlServers) addrs() []string { return []string{s.my.Addr(), s.pg.Addr()} }
+
+// createLockTables creates sqllock's tables (session fences, lease table)
+// in both databases, before the clients start.
+func (s *sqlServers) createLockTables(ctx context.Context) error {
+	for _, mk := range []func() (*sqllock.Client, error){
+		func() (*sqllock.Client, error) { return sqllock.NewMySQL(s.myDB) },
+		func() (*sqllock.Client, error) { return sqllock.NewLeaseTable(s.myDB, sqllock.MySQL) },
+		func() (*sqllock.Client, error) { return sqllock.NewPostgres(s.pgDB) },
+		func() (*sqllock.Client, error) { return sqllock.NewLeaseTable(s.pgDB, sqllock.Postgres) },
+	} {
+		c, err := mk()
+		if err != nil {
+			return err
+		}
+		err = c.CreateTable(ctx)
+		c.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *sqlServers) close() {
+	for _, db := range []*sql.DB{s.myDB, s.pgDB} {
+		if db != nil {
+			db.Close()
+		}
+	}
+	if s.my != nil {
+		s.my.Close()
+	}
+	if s.pg != nil {
+		s.pg.Close()
+	}
+}
+
+// server is server i (0 MariaDB, 1 PostgreSQL), its name and pool.
+func (s *sqlServers) server(i int) (interface {
+	Pause() error
+	Resume() error
+	Restart() error
+}, string, *sql.DB) {
+	if i%2 == 0 {
+		return s.my, "mariadb", s.myDB
+	}
+	return s.pg, "postgres", s.pgDB
+}
+
+// heal resumes both servers and starts a stopped one.
+func (s *sqlServers) heal() error {
+	var errs []error
+	for _, srv := range []interface {
+		Resume() error
+		Running() bool
+		Start() error
+	}{s.my, s.pg} {
+		srv.Resume()
+		if !srv.Running() {
+			if err := srv.Start(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applySQL applies the faults that act on the SQL servers; it reports
+// false for the others.
+func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
+	srv, name, db := e.sql.server(s.Target)
+	switch s.Kind {
+	case fServerPause:
+		f.Target = name
+		if err := srv.Pause(); err != nil {
+			return true, err
+		}
+		sleepCtx(ctx, s.Dur)
+		return true, srv.Resume()
+	case fSQLRestart:
+		f.Target = name
+		return true, srv.Restart()
+	case fSQLRowLock:
+		v := "mys"
+		if s.Target%2 == 1 {
+			v = "pgs"
+		}
+		key := fmt.Sprintf("%s-k%d", v, (s.Target/2)%e.cfg.keys)
+		f.Target = name + " " + key
+		var err error
+		f.Detail, err = lockFenceRow(ctx, db, v == "mys", sqllock.DefaultPrefix+key, s.Dur)
+		return true, err
+	case fSQLIDRollback:
+		f.Target = name
+		var err error
+		f.Detail, err = rollbackSQLID(ctx, db, s.Target%2 == 0, s.Dur)
+		return true, err
+	}
+	return false, nil
+}
+
+// lockFenceRow is sql-row-lock on the lock called name: take the lock in
+// its line (the nemesis is then one more waiter, up to 3 s), lock its
+// fencing row in a transaction, free the lock, so that the next waiter is
+// granted it and waits for the row, and keep the row d.
+func lockFenceRow(ctx context.Context, db *sql.DB, mysql bool, name string, d time.Duration) (string, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close() // the pool keeps no idle connection: the session ends
+	var got sql.NullInt64
+	lockQ, rowQ, unlockQ := "SELECT GET_LOCK(?, 3)", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = ? FOR UPDATE", "SELECT RELEASE_LOCK(?)"
+	var arg any = name
+	if !mysql {
+		if _, err := conn.ExecContext(ctx, "SET lock_timeout = '3s'"); err != nil {
+			return "", err
+		}
+		lockQ, rowQ, unlockQ = "SELECT 1 FROM (SELECT pg_advisory_lock($1)) l", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = $1 FOR UPDATE", "SELECT pg_advisory_unlock($1)"
+		arg = pgAdvisoryKey(name)
+	}
+	if err := conn.QueryRowContext(ctx, lockQ, arg).Scan(&got); err != nil || got.Int64 != 1 {
+		return "lock not obtained in 3 s", nil
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, rowQ, name)
+	if err != nil {
+		return "", err
+	}
+	rows.Close()
+	var freed any
+	if err := tx.QueryRowContext(ctx, unlockQ, arg).Scan(&freed); err != nil {
+		return "", err
+	}
+	sleepCtx(ctx, d)
+	return fmt.Sprintf("fencing row locked %v after the lock was freed", d), nil
+}
+
+// checkSQLPool: sqllock's doc promises that no connection goes back to the
+// pool holding a session lock; every poolheld event a client recorded
+// (poolAudit) is one that did.
+func (r *Result) checkSQLPool(in Input) {
+	for _, e := range in.Events {
+		if e.Op == opPoolHeld {
+			r.violate(aPoolHeld, e.Key, fmt.Sprintf("%s found an idle connection of its %s pool holding %s (%d level(s)) at %s",
+				e.Proc, e.Res, e.Key, e.Val, time.Unix(0, e.Wall).UTC().Format("15:04:05.000")))
+		}
+	}
+}
+
+// backendLong is the fraction of long sections (-long) of a backend when
+// the flag does not set one: the sql backend's lease-table holders lose
+// their rows only while they hold past a renewal that failed, which a
+// section of up to 10 ms, ended by its release, never does.
+var backendLong = map[string]float64{"sql": 0.1}
