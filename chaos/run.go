@@ -111,7 +111,9 @@ var profiles = map[string]runConfig{
 	"short": {dur: 25 * time.Second, quiet: 5 * time.Second, procs: 3, workers: 4, keys: 3,
 		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
 		// zk: 5 s more for zk-notify-partition (about 3.6 s) beside its 7 other kinds.
-		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second}, idRate: 20_000,
+		// sql, sem, sqlid: 15-20 s, so that make test stays within 4 minutes.
+		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second,
+			"sql": 20 * time.Second, "sem": 15 * time.Second, "sqlid": 15 * time.Second}, idRate: 20_000,
 		// ids in the contention mode: a worker ID's hand-over to another
 		// process, the clocks skewed, is where the marks and the lease
 		// deadline matter (mutants 17, 18, 25); the long profile runs both.
