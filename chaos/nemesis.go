@@ -232,7 +232,7 @@ func plan(cfg runConfig) []step {
 		case fSQLRestart:
 			s.Target = rnd.IntN(serverCount(cfg.backend))
 		case fSQLRowLock: // a server and one of its session keys
-			s.Target, s.Dur = rnd.IntN(2*cfg.keys), span(500*time.Millisecond, 3*time.Second)
+			s.Target, s.Dur = rnd.IntN(2*cfg.keys), span(1200*time.Millisecond, 2500*time.Millisecond)
 		case fSQLIDRollback:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(500*time.Millisecond, 2*time.Second)
 		case fClockStep:

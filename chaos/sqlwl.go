@@ -49,9 +49,10 @@ const (
 	fSQLRestart = "sql-restart"
 	// fSQLRowLock is sql-row-lock: an operator's transaction locks a
 	// session lock's fencing row (SELECT ... FOR UPDATE) at a moment the
-	// lock is free, and keeps it 0.5 to 3 s: the next acquisition is
+	// lock is free, and keeps it 1.2 to 2.5 s: the next acquisition is
 	// granted the lock and then waits for the row until its lock wait
-	// ends (sqllock/doc.go, Session locks: "it waited for the fencing row
+	// ends (after 1 s), once or twice, and obtains it within the clients'
+	// 4 s obtain timeout (sqllock/doc.go, Session locks: "it waited for the fencing row
 	// behind a slower transaction ... an operator's DELETE in an open
 	// transaction").
 	fSQLRowLock = "sql-row-lock"
@@ -424,28 +425,37 @@ func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
 	return false, nil
 }
 
-// lockFenceRow is sql-row-lock on the lock called name: take the lock in
-// its line (the nemesis is then one more waiter, up to 3 s), lock its
-// fencing row in a transaction, free the lock, so that the next waiter is
-// granted it and waits for the row, and keep the row d.
+// lockFenceRow is sql-row-lock on the lock called name: take the lock at
+// a moment it is free (trying every few ms for up to 3 s, never waiting in
+// its line: the next acquisition then comes from a waiter that has its
+// whole obtain timeout before it), lock its fencing row in a transaction,
+// free the lock, so that the next waiter is granted it and waits for the
+// row, and keep the row d.
 func lockFenceRow(ctx context.Context, db *sql.DB, mysql bool, name string, d time.Duration) (string, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close() // the pool keeps no idle connection: the session ends
-	var got sql.NullInt64
-	lockQ, rowQ, unlockQ := "SELECT GET_LOCK(?, 3)", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = ? FOR UPDATE", "SELECT RELEASE_LOCK(?)"
+	lockQ, rowQ, unlockQ := "SELECT GET_LOCK(?, 0)", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = ? FOR UPDATE", "SELECT RELEASE_LOCK(?)"
 	var arg any = name
 	if !mysql {
-		if _, err := conn.ExecContext(ctx, "SET lock_timeout = '3s'"); err != nil {
-			return "", err
-		}
-		lockQ, rowQ, unlockQ = "SELECT 1 FROM (SELECT pg_advisory_lock($1)) l", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = $1 FOR UPDATE", "SELECT pg_advisory_unlock($1)"
+		lockQ, rowQ, unlockQ = "SELECT pg_try_advisory_lock($1)::int", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = $1 FOR UPDATE", "SELECT pg_advisory_unlock($1)"
 		arg = pgAdvisoryKey(name)
 	}
-	if err := conn.QueryRowContext(ctx, lockQ, arg).Scan(&got); err != nil || got.Int64 != 1 {
-		return "lock not obtained in 3 s", nil
+	tries := 0
+	for deadline := time.Now().Add(3 * time.Second); ; tries++ {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, lockQ, arg).Scan(&got); err != nil {
+			return "", err
+		}
+		if got.Int64 == 1 {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Sprintf("the lock was never free in %d tries", tries), nil
+		}
+		sleepCtx(ctx, 3*time.Millisecond)
 	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
@@ -462,7 +472,7 @@ func lockFenceRow(ctx context.Context, db *sql.DB, mysql bool, name string, d ti
 		return "", err
 	}
 	sleepCtx(ctx, d)
-	return fmt.Sprintf("fencing row locked %v after the lock was freed", d), nil
+	return fmt.Sprintf("lock free at try %d; its fencing row locked %v after the lock was freed", tries+1, d), nil
 }
 
 // checkSQLPool: sqllock's doc promises that no connection goes back to the
