@@ -411,10 +411,12 @@ func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
 		if s.Target%2 == 1 {
 			v = "pgs"
 		}
-		key := fmt.Sprintf("%s-k%d", v, (s.Target/2)%e.cfg.keys)
-		f.Target = name + " " + key
-		var err error
-		f.Detail, err = lockFenceRow(ctx, db, v == "mys", sqllock.DefaultPrefix+key, s.Dur)
+		var names []string // the drawn key first
+		for i := range e.cfg.keys {
+			names = append(names, fmt.Sprintf("%s%s-k%d", sqllock.DefaultPrefix, v, (s.Target/2+i)%e.cfg.keys))
+		}
+		used, detail, err := lockFenceRow(ctx, db, v == "mys", names, s.Dur)
+		f.Target, f.Detail = name+" "+strings.TrimPrefix(used, sqllock.DefaultPrefix), detail
 		return true, err
 	case fSQLIDRollback:
 		f.Target = name
@@ -425,54 +427,72 @@ func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
 	return false, nil
 }
 
-// lockFenceRow is sql-row-lock on the lock called name: take the lock at
-// a moment it is free (trying every few ms for up to 3 s, never waiting in
-// its line: the next acquisition then comes from a waiter that has its
-// whole obtain timeout before it), lock its fencing row in a transaction,
-// free the lock, so that the next waiter is granted it and waits for the
-// row, and keep the row d.
-func lockFenceRow(ctx context.Context, db *sql.DB, mysql bool, name string, d time.Duration) (string, error) {
+// lockFenceRow is sql-row-lock on one of the locks called names: take
+// one at a moment it is free (trying each every few ms for up to 3 s, the
+// drawn one first, without a place in their lines: the next acquisition
+// then comes from a waiter that has most of its obtain timeout before it;
+// if none was free, wait up to 3 s in the first one's line), lock its
+// fencing row in a transaction, free the lock, so that the next waiter is
+// granted it and waits for the row, and keep the row d. It returns the
+// name it locked.
+func lockFenceRow(ctx context.Context, db *sql.DB, mysql bool, names []string, d time.Duration) (string, string, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return "", err
+		return names[0], "", err
 	}
 	defer conn.Close() // the pool keeps no idle connection: the session ends
-	lockQ, rowQ, unlockQ := "SELECT GET_LOCK(?, 0)", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = ? FOR UPDATE", "SELECT RELEASE_LOCK(?)"
-	var arg any = name
+	tryQ, waitQ, rowQ, unlockQ := "SELECT GET_LOCK(?, 0)", "SELECT GET_LOCK(?, 3)",
+		"SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = ? FOR UPDATE", "SELECT RELEASE_LOCK(?)"
+	arg := func(name string) any { return name }
 	if !mysql {
-		lockQ, rowQ, unlockQ = "SELECT pg_try_advisory_lock($1)::int", "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = $1 FOR UPDATE", "SELECT pg_advisory_unlock($1)"
-		arg = pgAdvisoryKey(name)
-	}
-	tries := 0
-	for deadline := time.Now().Add(3 * time.Second); ; tries++ {
-		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, lockQ, arg).Scan(&got); err != nil {
-			return "", err
+		tryQ, waitQ = "SELECT pg_try_advisory_lock($1)::int", "SELECT 1 FROM (SELECT pg_advisory_lock($1)) l"
+		rowQ, unlockQ = "SELECT name FROM "+sqllock.DefaultFenceTable+" WHERE name = $1 FOR UPDATE", "SELECT pg_advisory_unlock($1)"
+		arg = func(name string) any { return pgAdvisoryKey(name) }
+		if _, err := conn.ExecContext(ctx, "SET lock_timeout = '3s'"); err != nil {
+			return names[0], "", err
 		}
-		if got.Int64 == 1 {
+	}
+	name, how := "", ""
+	tries := 0
+	for deadline := time.Now().Add(3 * time.Second); name == ""; tries++ {
+		for _, n := range names {
+			var got sql.NullInt64
+			if err := conn.QueryRowContext(ctx, tryQ, arg(n)).Scan(&got); err != nil {
+				return n, "", err
+			}
+			if got.Int64 == 1 {
+				name, how = n, fmt.Sprintf("free at try %d", tries+1)
+				break
+			}
+		}
+		if name != "" {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Sprintf("the lock was never free in %d tries", tries), nil
+			var got sql.NullInt64
+			if err := conn.QueryRowContext(ctx, waitQ, arg(names[0])).Scan(&got); err != nil || got.Int64 != 1 {
+				return names[0], fmt.Sprintf("no lock free in %d tries, and not obtained in its line in 3 s", tries+1), nil
+			}
+			name, how = names[0], fmt.Sprintf("no lock free in %d tries, obtained in its line", tries+1)
 		}
 		sleepCtx(ctx, 3*time.Millisecond)
 	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return "", err
+		return name, "", err
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, rowQ, name)
 	if err != nil {
-		return "", err
+		return name, "", err
 	}
 	rows.Close()
 	var freed any
-	if err := tx.QueryRowContext(ctx, unlockQ, arg).Scan(&freed); err != nil {
-		return "", err
+	if err := tx.QueryRowContext(ctx, unlockQ, arg(name)).Scan(&freed); err != nil {
+		return name, "", err
 	}
 	sleepCtx(ctx, d)
-	return fmt.Sprintf("lock free at try %d; its fencing row locked %v after the lock was freed", tries+1, d), nil
+	return name, fmt.Sprintf("lock %s; its fencing row locked %v after the lock was freed", how, d), nil
 }
 
 // checkSQLPool: sqllock's doc promises that no connection goes back to the
