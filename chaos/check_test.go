@@ -412,7 +412,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestPlanIsSeeded(t *testing.T) {
-	for _, b := range allBackends {
+	for _, b := range append(allBackends, longBackends...) {
 		cfg := profiles["short"]
 		cfg.backend, cfg.seed = b, 42
 		p1, p2 := plan(cfg), plan(cfg)
