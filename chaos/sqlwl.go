@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +27,7 @@ import (
 // The sql backend: lock.Do over sqllock on MariaDB and PostgreSQL, with
 // both of its locks on each: session locks (GET_LOCK, advisory locks) and
 // the lease table. Every section picks one of the four variants and one of
-// its keys; a key is "<variant>-k<i>" and the variant routes it to its
+// its sqlKeys(-keys) keys; a key is "<variant>-k<i>" and the variant routes it to its
 // Client (sqlLocker), so the lock checkers see four sets of keys. The
 // clients reach each database through their slot's proxy (a DSN per
 // server in -addrs: MariaDB first).
@@ -77,12 +81,17 @@ const sqlIdleConns = 64
 // isSQLBackend reports whether b runs on the SQL servers.
 func isSQLBackend(b string) bool { return b == "sql" || b == "sqlid" }
 
+// sqlKeys is the number of keys of each sql variant for -keys n: half as
+// many, rounded up, so that a lease-table key black-holed under its holder
+// has waiters (four variants of n keys spread the workers thin).
+func sqlKeys(n int) int { return (n + 1) / 2 }
+
 // chaosKey draws a section's key of backend b from rnd: k0..k(keys-1), or
 // for sql a variant's key.
 func chaosKey(b string, keys int, rnd *rand.Rand) string {
 	if b == "sql" {
 		v := sqlVariants[rnd.IntN(len(sqlVariants))]
-		return fmt.Sprintf("%s-k%d", v, rnd.IntN(keys))
+		return fmt.Sprintf("%s-k%d", v, rnd.IntN(sqlKeys(keys)))
 	}
 	return fmt.Sprintf("k%d", rnd.IntN(keys))
 }
@@ -92,7 +101,7 @@ func backendKeys(b string, keys int) []string {
 	var out []string
 	if b == "sql" {
 		for _, v := range sqlVariants {
-			for i := range keys {
+			for i := range sqlKeys(keys) {
 				out = append(out, fmt.Sprintf("%s-k%d", v, i))
 			}
 		}
@@ -191,7 +200,7 @@ func dialSQL(ctx context.Context, cfg clientConfig, rec *Recorder) (lock.Locker,
 		closeAll()
 		return nil, nil, errors.New("chaos client: sqllock clients")
 	}
-	a := &poolAudit{rec: rec, keys: cfg.keys, pools: map[string]*sql.DB{"mys": myS, "pgs": pgS}}
+	a := &poolAudit{rec: rec, keys: sqlKeys(cfg.keys), pools: map[string]*sql.DB{"mys": myS, "pgs": pgS}}
 	actx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { // owned by the close func below: ends when actx ends
@@ -396,6 +405,29 @@ func (s *sqlServers) heal() error {
 func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
 	srv, name, db := e.sql.server(s.Target)
 	switch s.Kind {
+	case fProxyBlackhole:
+		if e.cfg.backend != "sql" {
+			return false, nil
+		}
+		// A lease-table holder loses its row only while its renewals do
+		// not get through: black-hole a process that holds one in a long
+		// section (held 100 ms: the others last at most hold), so that the
+		// row expires under it, as the doc says, and no earlier.
+		sl := e.slots[s.Target%len(e.slots)]
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		f.Detail = "no lease-table key held 100 ms within 2 s"
+		if e.waitLeaseHeld(ctx, f.Proc, 100*time.Millisecond, 2*time.Second) {
+			f.Detail = "while holding a lease-table key in a long section"
+		}
+		for _, p := range sl.proxies {
+			p.SetBlackhole(true)
+		}
+		sleepCtx(ctx, s.Dur)
+		for _, p := range sl.proxies {
+			p.SetBlackhole(false)
+		}
+		return true, nil
 	case fServerPause:
 		f.Target = name
 		if err := srv.Pause(); err != nil {
@@ -412,8 +444,8 @@ func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
 			v = "pgs"
 		}
 		var names []string // the drawn key first
-		for i := range e.cfg.keys {
-			names = append(names, fmt.Sprintf("%s%s-k%d", sqllock.DefaultPrefix, v, (s.Target/2+i)%e.cfg.keys))
+		for i := range sqlKeys(e.cfg.keys) {
+			names = append(names, fmt.Sprintf("%s%s-k%d", sqllock.DefaultPrefix, v, (s.Target/2+i)%sqlKeys(e.cfg.keys)))
 		}
 		used, detail, err := lockFenceRow(ctx, db, v == "mys", names, s.Dur)
 		f.Target, f.Detail = name+" "+strings.TrimPrefix(used, sqllock.DefaultPrefix), detail
@@ -510,5 +542,50 @@ func (r *Result) checkSQLPool(in Input) {
 // backendLong is the fraction of long sections (-long) of a backend when
 // the flag does not set one: the sql backend's lease-table holders lose
 // their rows only while they hold past a renewal that failed, which a
-// section of up to 10 ms, ended by its release, never does.
-var backendLong = map[string]float64{"sql": 0.1}
+// section of up to 10 ms, ended by its release, never does. Few, so that
+// most workers run short sections and queue up behind a long one (a row
+// taken too early needs a waiter).
+var backendLong = map[string]float64{"sql": 0.03}
+
+// waitLeaseHeld polls the tail of proc's history until one of its holds of
+// a lease-table key (myl-*, pgl-*) has been held for at least age, or
+// until d has passed (as waitHeldFor does for any hold).
+func (e *env) waitLeaseHeld(ctx context.Context, proc string, age, d time.Duration) bool {
+	path := filepath.Join(e.dir, "hist-"+proc+".jsonl")
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 8192)
+	open, gone := map[string]int64{}, map[string]bool{}
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		f, err := os.Open(path)
+		if err == nil {
+			var n int
+			if st, err := f.Stat(); err == nil {
+				n, _ = f.ReadAt(buf, max(st.Size()-int64(len(buf)), 0))
+			}
+			f.Close()
+			for _, line := range bytes.Split(buf[:n], []byte("\n")) {
+				var ev Event
+				if json.Unmarshal(line, &ev) != nil || ev.Hold == "" ||
+					!(strings.HasPrefix(ev.Key, "myl-") || strings.HasPrefix(ev.Key, "pgl-")) {
+					continue
+				}
+				switch ev.Op {
+				case opAcquired:
+					if !gone[ev.Hold] {
+						open[ev.Hold] = ev.Mono
+					}
+				case opRelease, opLost:
+					gone[ev.Hold] = true
+					delete(open, ev.Hold)
+				}
+			}
+		}
+		for _, at := range open {
+			if monoNow()-at >= age.Nanoseconds() {
+				return true
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}
