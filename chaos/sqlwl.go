@@ -411,13 +411,15 @@ func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
 		}
 		// A lease-table holder loses its row only while its renewals do
 		// not get through: black-hole a process that holds one in a long
-		// section (held 100 ms: the others last at most hold), so that the
-		// row expires under it, as the doc says, and no earlier.
+		// section (held 100 ms: the others last at most hold; at most
+		// 600 ms: a long section lasts 2 TTL, so that it is still held
+		// when a row taken too early would be), so that the row expires
+		// under it, as the doc says, and no earlier.
 		sl := e.slots[s.Target%len(e.slots)]
 		_, _, f.Proc = sl.current()
 		f.Target = f.Proc
-		f.Detail = "no lease-table key held 100 ms within 2 s"
-		if e.waitLeaseHeld(ctx, f.Proc, 100*time.Millisecond, 2*time.Second) {
+		f.Detail = "no lease-table key held 100-600 ms within 2 s"
+		if e.waitLeaseHeld(ctx, f.Proc, 100*time.Millisecond, 600*time.Millisecond, 2*time.Second) {
 			f.Detail = "while holding a lease-table key in a long section"
 		}
 		for _, p := range sl.proxies {
@@ -548,9 +550,9 @@ func (r *Result) checkSQLPool(in Input) {
 var backendLong = map[string]float64{"sql": 0.03}
 
 // waitLeaseHeld polls the tail of proc's history until one of its holds of
-// a lease-table key (myl-*, pgl-*) has been held for at least age, or
-// until d has passed (as waitHeldFor does for any hold).
-func (e *env) waitLeaseHeld(ctx context.Context, proc string, age, d time.Duration) bool {
+// a lease-table key (myl-*, pgl-*) has been held for from minAge to maxAge,
+// or until d has passed (as waitHeldFor does for any hold).
+func (e *env) waitLeaseHeld(ctx context.Context, proc string, minAge, maxAge, d time.Duration) bool {
 	path := filepath.Join(e.dir, "hist-"+proc+".jsonl")
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 8192)
@@ -581,7 +583,7 @@ func (e *env) waitLeaseHeld(ctx context.Context, proc string, age, d time.Durati
 			}
 		}
 		for _, at := range open {
-			if monoNow()-at >= age.Nanoseconds() {
+			if age := monoNow() - at; age >= minAge.Nanoseconds() && age <= maxAge.Nanoseconds() {
 				return true
 			}
 		}
