@@ -353,7 +353,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
-		if cfg.backend != "ids" {
+		if !isIDBackend(cfg.backend) {
 			// The schedule ends with a holder killed: the quiet period
 			// then shows that a vanished holder frees its keys within the
 			// docs' bound, whatever faults came before (a later wipe would

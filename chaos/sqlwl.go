@@ -78,9 +78,6 @@ const sqlPoolAudit = time.Second
 // a process ever has, so that no idle connection is closed by the pool.
 const sqlIdleConns = 64
 
-// isSQLBackend reports whether b runs on the SQL servers.
-func isSQLBackend(b string) bool { return b == "sql" || b == "sqlid" }
-
 // sqlKeys is the number of keys of each sql variant for -keys n: half as
 // many, rounded up, so that a lease-table key black-holed under its holder
 // has waiters (four variants of n keys spread the workers thin).
