@@ -2,7 +2,6 @@ package readme_test
 
 import (
 	"fmt"
-	"go/ast"
 	"go/doc/comment"
 	"go/parser"
 	"go/token"
@@ -236,23 +235,9 @@ func TestDocsUsageCompiles(t *testing.T) {
 // reports it).
 func declaredIn(t *testing.T, body string) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc f() {\n"+body+"\n}", 0)
+	names, err := topLevelDefs(body)
 	if err != nil {
 		return nil
-	}
-	var names []string
-	seen := map[string]bool{}
-	for _, st := range f.Decls[0].(*ast.FuncDecl).Body.List {
-		as, ok := st.(*ast.AssignStmt)
-		if !ok || as.Tok != token.DEFINE {
-			continue
-		}
-		for _, e := range as.Lhs {
-			if id, ok := e.(*ast.Ident); ok && id.Name != "_" && !seen[id.Name] {
-				seen[id.Name] = true
-				names = append(names, id.Name)
-			}
-		}
 	}
 	return names
 }

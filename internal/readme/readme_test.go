@@ -109,9 +109,19 @@ func TestSnippetsCompile(t *testing.T) {
 // declared returns the names a snippet declares with := at its top level.
 func declared(t *testing.T, body string) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc f() {\n"+body+"\n}", 0)
+	names, err := topLevelDefs(body)
 	if err != nil {
 		t.Fatalf("snippet does not parse: %v\n%s", err, body)
+	}
+	return names
+}
+
+// topLevelDefs returns the names body, parsed as a function body, declares
+// with := at its top level (README snippets and package docs' usage blocks).
+func topLevelDefs(body string) ([]string, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc f() {\n"+body+"\n}", 0)
+	if err != nil {
+		return nil, err
 	}
 	var names []string
 	seen := map[string]bool{}
@@ -127,7 +137,7 @@ func declared(t *testing.T, body string) []string {
 			}
 		}
 	}
-	return names
+	return names, nil
 }
 
 func numbered(s string) string {
