@@ -133,7 +133,7 @@ func backends() []backend {
 				for _, m := range masters {
 					cs = append(cs, redisClient(t, m.Addr()))
 				}
-				c, err := redlock.New(redlock.Masters(cs...), redlock.WithDefaultTTL(ttl))
+				c, err := redlock.New(redlock.Masters(cs...), redlock.WithDefaultTTL(ttl), redlock.WithNodeTimeout(250*time.Millisecond))
 				if err != nil {
 					t.Fatal(err)
 				}
