@@ -102,7 +102,7 @@ func backends() []backend {
 				t.Cleanup(func() { rdb.Close() })
 				ms = append(ms, rdb)
 			}
-			c, err := redlock.New(ms)
+			c, err := redlock.New(ms, redlock.WithNodeTimeout(250*time.Millisecond)) // 20 ms, the default, is for a quiet host
 			if err != nil {
 				t.Fatal(err)
 			}

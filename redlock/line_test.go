@@ -76,7 +76,7 @@ func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
 func TestLocalLineCancelAndReentry(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
-	c, err := redlock.New(dial(t, addrsOf(shared[:3])...))
+	c, err := redlock.New(dial(t, addrsOf(shared[:3])...), redlock.WithNodeTimeout(testNodeTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,15 +77,23 @@ func addrsOf(rs []*testserver.Redis) []string {
 	return a
 }
 
+// testNodeTimeout is the node timeout of the tests' clients unless a test
+// sets its own (a later option wins): the default, 20 ms, suits a quiet
+// host, and make test runs every package, the vet and the chaos checker at
+// once on 2 cores, where a master's answer can take longer than that and a
+// test about something else would fail on a missed quorum. The tests that
+// time the node timeout itself set theirs.
+const testNodeTimeout = 250 * time.Millisecond
+
 // newClient returns a Client with go-redis clients of its own on rs (the
 // shared masters if nil), as a separate process would have; all are closed
-// when the test ends.
+// when the test ends. Its node timeout is testNodeTimeout unless opts set one.
 func newClient(t testing.TB, rs []*testserver.Redis, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	if rs == nil {
 		rs = shared
 	}
-	c, err := redlock.New(dial(t, addrsOf(rs)...), opts...)
+	c, err := redlock.New(dial(t, addrsOf(rs)...), append([]redlock.Option{redlock.WithNodeTimeout(testNodeTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +141,7 @@ func countedClient(t testing.TB, n int, evals *testserver.EvalCounter, opts ...r
 		}
 		r.AddHook(evals)
 	}
-	c, err := redlock.New(rdbs, opts...)
+	c, err := redlock.New(rdbs, append([]redlock.Option{redlock.WithNodeTimeout(testNodeTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

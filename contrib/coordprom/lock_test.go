@@ -257,7 +257,7 @@ func TestLockBackends(t *testing.T) {
 	for _, srv := range testserver.StartRedisMasters(t, 3) {
 		masters = append(masters, srv.Client(t))
 	}
-	rl, err := redlock.New(masters, redlock.WithMetrics(rm), redlock.WithLogger(quiet))
+	rl, err := redlock.New(masters, redlock.WithMetrics(rm), redlock.WithLogger(quiet), redlock.WithNodeTimeout(250*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestScriptNames(t *testing.T) {
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rl, err := redlock.New([]redis.UniversalClient{rdb})
+	rl, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(250*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
