@@ -3,6 +3,7 @@ package sqllock_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -103,4 +104,65 @@ func section(ctx context.Context, db *sql.DB, read, write string, last *atomic.I
 	time.Sleep(time.Millisecond)
 	_, err = db.ExecContext(ctx, write, v+1)
 	return err
+}
+
+// TestLeaseTakenOnlyAfterExpiry: a lease-table row is taken over only once
+// its expiry has passed by the database's clock. The holder's link is cut
+// (it cannot renew), its row's time left is read from the database, and a
+// second owner polls TryObtain; a grant whose answer came back before the
+// row's expiry (both judged on this host's clock, which the loopback
+// database shares: the expiry from before the read was sent, the grant
+// from after its answer) proves a takeover of a live lease. No run can
+// fail on load: a late poll only makes the bound looser.
+func TestLeaseTakenOnlyAfterExpiry(t *testing.T) {
+	for _, b := range backends {
+		if !b.lease {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			const ttl = time.Second
+			ctx := ctxTimeout(t, 30*time.Second)
+			key := uniqueKey(t)
+			db, px := b.proxiedDB(t)
+			holder := b.client(t, db)
+			mustObtain(t, ctx, holder, key, lock.WithTTL(ttl))
+			px.SetBlackhole(true)
+			defer px.Reset() // before the Clients close
+
+			plain := b.openDB(t)
+			q := "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires) FROM " + sqllock.DefaultLeaseTable + " WHERE name = ?"
+			if b.dialect == sqllock.Postgres {
+				q = "SELECT (EXTRACT(EPOCH FROM (expires - now())) * 1000000)::bigint FROM " + sqllock.DefaultLeaseTable + " WHERE name = $1"
+			}
+			sent := time.Now()
+			var leftUS int64
+			if err := plain.QueryRowContext(ctx, q, sqllock.DefaultPrefix+key).Scan(&leftUS); err != nil {
+				t.Fatal(err)
+			}
+			expiry := sent.Add(time.Duration(leftUS) * time.Microsecond) // no later than the row's
+			if leftUS <= 0 {
+				t.Fatalf("the row expired %v before its holder's link was cut (renewals every TTL/3)", -time.Duration(leftUS)*time.Microsecond)
+			}
+
+			other := b.client(t, nil)
+			polls := 0
+			for {
+				l, err := other.TryObtain(ctx, key, lock.WithTTL(ttl))
+				answered := time.Now()
+				polls++
+				if err == nil {
+					if answered.Before(expiry) {
+						t.Fatalf("taken over %v before the row's expiry (%v left when read; poll %d)",
+							expiry.Sub(answered).Round(time.Millisecond), (time.Duration(leftUS) * time.Microsecond).Round(time.Millisecond), polls)
+					}
+					l.Release(ctx)
+					return
+				}
+				if !errors.Is(err, lock.ErrNotObtained) {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
 }
