@@ -119,9 +119,32 @@ func contend(t *testing.T, acquirers []func(context.Context) (lock.Lease, error)
 	return n.Load(), most.Load()
 }
 
+// fillAll acquires one permit from each acquirer in turn, holding them all,
+// and releases them: that N holders can hold at once does not depend on
+// how the goroutines of contend happen to be scheduled (on a loaded host
+// a 1 ms hold may never overlap another).
+func fillAll(t *testing.T, acquirers []func(context.Context) (lock.Lease, error)) {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	var held []lock.Lease
+	for i, acquire := range acquirers {
+		p, err := acquire(ctx)
+		if err != nil {
+			t.Fatalf("permit %d of %d with %d held: %v", i+1, len(acquirers), len(held), err)
+		}
+		held = append(held, p)
+	}
+	for _, p := range held {
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestNeverMoreThanN: three clients' worth of goroutines (as three
 // processes) contend for N = 3 permits; at no moment do more than 3 hold
-// one, every goroutine gets permits, and every token is distinct.
+// one, every goroutine gets permits, and every token is distinct; and 3
+// clients can hold a permit each at once.
 func TestNeverMoreThanN(t *testing.T) {
 	name := newName(t)
 	var acquirers []func(context.Context) (lock.Lease, error)
@@ -129,9 +152,10 @@ func TestNeverMoreThanN(t *testing.T) {
 		c := newClient(t, shared.Addr(), semaphore.WithPermits(3))
 		acquirers = append(acquirers, func(ctx context.Context) (lock.Lease, error) { return c.Acquire(ctx, name) })
 	}
+	fillAll(t, acquirers)
 	total, most := contend(t, acquirers, 4, time.Millisecond, 2*time.Second)
-	if most != 3 {
-		t.Fatalf("at most %d permits held at once, want exactly 3", most)
+	if most > 3 {
+		t.Fatalf("%d permits held at once, N = 3", most)
 	}
 	t.Logf("%d acquisitions in 2 s by 12 goroutines on 3 clients", total)
 }

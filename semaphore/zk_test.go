@@ -45,9 +45,10 @@ func newZK(t *testing.T, opts ...semaphore.ZKOption) (*semaphore.ZK, *testserver
 }
 
 // TestZKNeverMoreThanN: three sessions' worth of goroutines contend for N
-// = 3 permits: never more than 3 at once (and, as holds outlast an
-// acquisition, at least 2), every goroutine gets some, and every token
-// (the permit node's czxid) is distinct.
+// = 3 permits: never more than 3 at once, every goroutine gets some, and
+// every token (the permit node's czxid) is distinct; and 3 sessions can
+// hold a permit each at once (fillAll: how many overlap under contend
+// depends on the host's load).
 func TestZKNeverMoreThanN(t *testing.T) {
 	name := newName(t)
 	var acquirers []func(context.Context) (lock.Lease, error)
@@ -55,9 +56,10 @@ func TestZKNeverMoreThanN(t *testing.T) {
 		z, _ := newZK(t, semaphore.WithZKPermits(3))
 		acquirers = append(acquirers, func(ctx context.Context) (lock.Lease, error) { return z.Acquire(ctx, name) })
 	}
+	fillAll(t, acquirers)
 	total, most := contend(t, acquirers, 3, 150*time.Millisecond, 3*time.Second)
-	if most > 3 || most < 2 {
-		t.Fatalf("%d permits held at once, N = 3 (and holds longer than an acquisition)", most)
+	if most > 3 {
+		t.Fatalf("%d permits held at once, N = 3", most)
 	}
 	t.Logf("%d acquisitions in 3 s by 9 goroutines on 3 sessions, at most %d at once", total, most)
 }
