@@ -139,7 +139,10 @@ func TestLostReplyOtherScripts(t *testing.T) {
 	c, r := lossyClient(t)
 
 	r.Arm(semaphore.Scripts()["renew.lua"].Hash())
-	p, err := c.TryAcquire(ctx, name, lock.WithTTL(300*time.Millisecond))
+	// 2 s: renewals every 667 ms. A shorter TTL tests the host's load,
+	// not the resend: one renewal late by a TTL/3 on a loaded host loses
+	// the permit whatever its reply.
+	p, err := c.TryAcquire(ctx, name, lock.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
