@@ -10,6 +10,7 @@
 //	if err != nil {
 //		return err
 //	}
+//	defer conn.Close() // after locker.Close, which waits for the requests it started
 //	locker, err := zklock.New(conn, zklock.WithSessionTimeout(10*time.Second))
 //	if err != nil {
 //		return err

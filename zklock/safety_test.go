@@ -77,7 +77,13 @@ func runTakeover(t *testing.T, z *testserver.ZooKeeper, T time.Duration, hconn *
 	waiter := newClient(t, wconn)
 
 	other := obtain(t, third, bg, "notify")
-	armed := obtainAsync(bg, holder, "notify") // its watch is on other's node
+	// Its watch is on other's node. Its ctx ends when the test does, and
+	// the test waits for it before the Clients and connections close: an
+	// Obtain still running when its zk.Conn closes can meet go-zookeeper
+	// v1.0.4's data race (CreateContainer reads its reply's path after
+	// ErrConnectionClosed while the receive loop may still write it).
+	actx, acancel := context.WithCancel(bg)
+	armed := obtainAsync(actx, holder, "notify")
 	waitChildren(t, wconn, "notify", 2)
 	lease := obtain(t, holder, bg, "held")
 	next := obtainAsync(bg, waiter, "held")
@@ -87,12 +93,14 @@ func runTakeover(t *testing.T, z *testserver.ZooKeeper, T time.Duration, hconn *
 	at := fault(func() { release(t, other) })
 	m := awaitTakeover(t, lost, next, at, 4*T)
 	t.Cleanup(func() {
+		acancel()
 		select {
 		case r := <-armed:
 			if r.err == nil {
 				r.lease.Release(bg)
 			}
-		default: // ends with the Client
+		case <-time.After(30 * time.Second):
+			t.Error("the holder's Obtain of the second key did not end within 30 s of its ctx")
 		}
 	})
 	return m
