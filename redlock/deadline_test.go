@@ -64,3 +64,31 @@ func TestReleaseAfterDeadlineUnconfirmed(t *testing.T) {
 		}
 	}
 }
+
+// TestValidityLeavesDrift: a lease is trusted for TTL − elapsed − drift
+// from the start of its round, with drift = TTL·0.01 + 2 ms (the Redlock
+// paper's allowance for clocks that run at different rates), never for the
+// whole TTL. The Client's clock stands still during the round (elapsed is
+// zero), so Until is exactly the round's start + TTL − drift; the expected
+// drift is written out here, not taken from Drift, which it checks too.
+func TestValidityLeavesDrift(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := newClient(t, nil, redlock.WithClock(func() time.Time { return t0 }))
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, tt := range []struct{ ttl, drift time.Duration }{
+		{time.Second, 12 * time.Millisecond},
+		{30 * time.Second, 302 * time.Millisecond},
+	} {
+		if got := redlock.Drift(tt.ttl); got != tt.drift {
+			t.Errorf("Drift(%v) = %v, want %v", tt.ttl, got, tt.drift)
+		}
+		l := mustObtain(t, ctx, c, uniqueKey(t), lock.WithTTL(tt.ttl))
+		until := l.(lock.LeaseStatus).Until()
+		if want := t0.Add(tt.ttl - tt.drift); !until.Equal(want) {
+			t.Errorf("TTL %v: trusted until %v after the round's start, want %v (TTL − drift)", tt.ttl, until.Sub(t0), want.Sub(t0))
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
