@@ -263,8 +263,11 @@ func TestClientFoundRows(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := ctxTimeout(t, 20*time.Second)
 			c := b.client(t, b.openDB(t, "clientFoundRows=true"))
-			l := mustObtain(t, ctx, c, uniqueKey(t), lock.WithTTL(150*time.Millisecond))
-			time.Sleep(400 * time.Millisecond) // a few renewals
+			// 600 ms: renewals (or a session lock's checks) every 200 ms,
+			// each bounded by the TTL. At 150 ms, make test-stress saw a
+			// release on a loaded host fail with its connection closed.
+			l := mustObtain(t, ctx, c, uniqueKey(t), lock.WithTTL(600*time.Millisecond))
+			time.Sleep(700 * time.Millisecond) // a few renewals
 			if err := lock.LostCause(l); err != nil {
 				t.Fatal(err)
 			}
@@ -396,4 +399,33 @@ func TestMaxHold(t *testing.T) {
 		}
 		mustObtain(t, ctx, b.client(t, nil), key).Release(ctx)
 	})
+}
+
+// TestReleaseDuringCheck: a session lock released while its watchdog's
+// check is in flight is released (nil), and its connection goes back to
+// the pool holding nothing. The check used to be cancelled by the
+// release, and a cancelled statement makes the driver close its
+// connection: the release then failed with "bad connection" (the lock
+// freed by the session's end) on a lease that was never lost. Statements
+// here take 40 ms or more (a proxy's latency) and checks run every 100 ms,
+// so a release lands in a check about half the time.
+func TestReleaseDuringCheck(t *testing.T) {
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 60*time.Second)
+			db, px := b.proxiedDB(t)
+			c := b.client(t, db)
+			key := uniqueKey(t)
+			mustObtain(t, ctx, c, key).Release(ctx) // checks the schema, fills the pool
+			px.SetLatency(20 * time.Millisecond)
+			defer px.Reset()
+			for i := range 12 {
+				l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
+				time.Sleep(100*time.Millisecond + time.Duration(i)*7*time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("release %d (the lease not lost: %v): %v", i+1, lock.LostCause(l), err)
+				}
+			}
+		})
+	}
 }

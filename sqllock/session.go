@@ -348,7 +348,20 @@ func (c *Client) sessionCheck(h *hold) func(ctx context.Context) error {
 	if c.d == Postgres {
 		args = []any{h.id, h.name, h.token, ttl}
 	}
-	return func(ctx context.Context) error {
+	return func(wctx context.Context) error {
+		// The watchdog cancels a check in flight when the lease is
+		// released (Stop) or the Client closes, and a statement cancelled
+		// in flight makes the driver close its connection, which ends the
+		// session and frees the lock: the release that follows would fail
+		// on a lease that was never lost. So the check ignores the
+		// cancellation and keeps only the deadline (the lease's own, set
+		// by the watchdog), within which Stop waits for it.
+		ctx := context.WithoutCancel(wctx)
+		if dl, ok := wctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl)
+			defer cancel()
+		}
 		ok, err := c.sessionWrite(ctx, conn, c.ses.check, args)
 		if err == nil && !ok && c.d == MySQL { // nothing changed within a microsecond?
 			var n int64
