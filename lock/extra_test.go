@@ -108,8 +108,10 @@ func TestSimple(t *testing.T) {
 	t.Run("watchdog and loss", func(t *testing.T) {
 		s := newSimple()
 		key := uniqueKey(t)
-		l := mustObtain(t, ctx, s, key, lock.WithTTL(90*time.Millisecond))
-		time.Sleep(300 * time.Millisecond)
+		// 600 ms: renewals every 200 ms; at 90 ms (every 30 ms) one
+		// renewal late by 60 ms on a loaded host lost the lease.
+		l := mustObtain(t, ctx, s, key, lock.WithTTL(600*time.Millisecond))
+		time.Sleep(900 * time.Millisecond)
 		select {
 		case <-l.Lost():
 			t.Fatal("lost while renewed")

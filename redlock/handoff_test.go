@@ -208,6 +208,25 @@ func TestHandOffYieldsToOtherClients(t *testing.T) {
 		}
 		queued <- obtained{l, err, time.Now()}
 	}()
+	// The other client's waiter must be in the masters' queues before the
+	// release, or there is nobody to yield to and the hand-off is right (on
+	// a loaded host its Obtain once had not reached them yet).
+	q := redlock.DefaultPrefix + "{" + key + "}:q"
+	var rdbs []redis.UniversalClient
+	for _, r := range shared[:3] {
+		rdbs = append(rdbs, r.Client(t))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for queuedOnAll := false; !queuedOnAll; {
+		queuedOnAll = true
+		for _, rdb := range rdbs {
+			queuedOnAll = queuedOnAll && rdb.LLen(ctx, q).Val() > 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other client's waiter not in every master's queue within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	next := inLine(t, ctx, c, key, "owner-b")
 	before := evals.N()
 	got := releaseTo(t, ctx, a, next)

@@ -33,7 +33,10 @@ func afterRenewal(t *testing.T, r *testserver.Redis, key string) {
 // package documentation says of a Redis that loses the lease key while its
 // holder runs (section "Failover and data loss").
 func TestRedisFailoverDropsLease(t *testing.T) {
-	const ttl = 3 * time.Second // renewed every second
+	// Renewed every 2 s: the restart, the second lease and its generator
+	// must fit between two renewals of the first holder (at 3 s, renewed
+	// every second, make test-stress saw a loaded host take longer).
+	const ttl = 6 * time.Second
 	// Both holders' clocks are frozen at the same instant: the overlap is
 	// then in the same ticks, as on two hosts whose clocks agree.
 	at := time.Now().Truncate(time.Millisecond).Add(time.Second)
