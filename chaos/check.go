@@ -142,6 +142,9 @@ const (
 	iReentries      = "reentries"
 	iReentryNew     = "reentry-new-hold"
 	iReentryFail    = "reentry-failed"
+	iStalls         = "process-stalls"
+	iStallMaxMS     = "process-stall-max-ms"
+	iStallExcused   = "overlap-after-stall"
 )
 
 // Violation is one anomaly with the shortest excerpt of history that shows it.
@@ -164,6 +167,9 @@ type Result struct {
 	holds      map[string]*Hold      // by id
 	byKey      map[string][]*Hold    // acquired holds per key, by Acquired
 	pauses     map[string][][2]int64 // client pauses per process
+	// selfStalls: when a process ran nothing for stallMin or more (its
+	// opStall events: the host's load, or a SIGSTOP), per process.
+	selfStalls map[string][][2]int64
 	// stalls: when a process could not reach the servers (its connections
 	// black-holed, per process) or the servers could not answer (paused,
 	// a Redlock majority down: "" for every process).
@@ -293,7 +299,7 @@ func trimExcerpt(evs []Event, hs []*Hold) ([]Event, int) {
 func Check(in Input) *Result {
 	r := &Result{Anomalies: map[string]int{}, Documented: map[string]int{}, Info: map[string]int64{},
 		Linear: map[string]string{}, holds: map[string]*Hold{}, byKey: map[string][]*Hold{},
-		pauses: map[string][][2]int64{}, stalls: map[string][][2]int64{}, procEnd: map[string]int64{}, procStart: map[string]int64{}, killed: map[string]bool{}}
+		pauses: map[string][][2]int64{}, selfStalls: map[string][][2]int64{}, stalls: map[string][][2]int64{}, procEnd: map[string]int64{}, procStart: map[string]int64{}, killed: map[string]bool{}}
 	r.build(in)
 	r.checkTokens()
 	r.checkReentries(in)
@@ -321,6 +327,11 @@ func (r *Result) build(in Input) {
 		r.procEnd[e.Proc] = max(r.procEnd[e.Proc], e.Mono)
 		if e.Op == opStart {
 			r.procStart[e.Proc] = e.Mono
+		}
+		if e.Op == opStall {
+			r.selfStalls[e.Proc] = append(r.selfStalls[e.Proc], [2]int64{e.Mono - e.Val*int64(time.Millisecond), e.Mono})
+			r.Info[iStalls]++
+			r.Info[iStallMaxMS] = max(r.Info[iStallMaxMS], e.Val)
 		}
 		if e.Hold == "" {
 			continue
@@ -731,7 +742,7 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 		// that cut it off can come together). The pause's end is
 		// stamped after SIGCONT returned, so the holder may report
 		// before it.
-		stops := append(append(append([][2]int64(nil), r.pauses[h.Proc]...), r.stalls[h.Proc]...), r.stalls[""]...)
+		stops := append(append(append(append([][2]int64(nil), r.pauses[h.Proc]...), r.selfStalls[h.Proc]...), r.stalls[h.Proc]...), r.stalls[""]...)
 		sort.Slice(stops, func(i, j int) bool { return stops[i][0] < stops[j][0] })
 		for _, p := range stops {
 			if p[0] <= rep && p[1] > from {
@@ -753,6 +764,18 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	for _, f := range in.Faults {
 		if f.Err == "" && doc[f.Kind] && freed(f, a, b, window) {
 			return dOverlap
+		}
+	}
+	// A process that ran nothing for a while (the host's load) is paused
+	// as surely as by the nemesis's SIGSTOP: its leases' renewals did not
+	// run, and one may have expired (its holder told at its deadline, or
+	// when it ran again, as checked above).
+	for _, h := range []*Hold{a, b} {
+		for _, st := range r.selfStalls[h.Proc] {
+			if doc[fClientPause] && freed(Fault{Kind: fClientPause, Proc: h.Proc, Start: st[0], End: st[1]}, a, b, window) {
+				r.Info[iStallExcused]++
+				return dOverlap
+			}
 		}
 	}
 	return aOverlapUndoc

@@ -142,6 +142,12 @@ func runClient(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	stalls := make(chan struct{})
+	defer func() { stop(); <-stalls }() // before rec.Close
+	go func() {
+		defer close(stalls)
+		watchStalls(ctx, rec)
+	}()
 	switch cfg.backend {
 	case "ids":
 		return runIDs(ctx, cfg, rec)
@@ -640,4 +646,31 @@ func (l *recLease) Release(ctx context.Context) error {
 	l.a.rec.Record(Event{G: l.a.g, Op: opReleased, Key: l.Key(), Hold: l.a.hold, Token: l.Token(),
 		Res: errKind(err, errName{lock.ErrNotHeld, "notheld"})})
 	return err
+}
+
+// stallMin is the shortest gap of a 10 ms ticker that watchStalls records.
+const stallMin = 150 * time.Millisecond
+
+// watchStalls records an opStall event whenever the process went stallMin
+// or more without running a 10 ms ticker's goroutine, until ctx ends: the
+// host's load (or a SIGSTOP) kept it from running, and with it its leases'
+// renewals. The checker counts such a stall as a pause of the process
+// (check.go, selfStalls), as it does the nemesis's client pauses: a lease
+// whose renewals could not run may expire, as its doc says.
+func watchStalls(ctx context.Context, rec *Recorder) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	last := monoNow()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := monoNow()
+		if gap := time.Duration(now - last); gap >= stallMin {
+			rec.Record(Event{Op: opStall, Val: gap.Milliseconds()})
+		}
+		last = now
+	}
 }

@@ -65,6 +65,10 @@ const (
 	opRelease  = "release"
 	opReleased = "released"
 	opStart    = "start" // first line of a process's history
+	// opStall: the process itself ran nothing for Val ms (stamped at the
+	// stall's end; watchStalls): a host so loaded that a 10 ms ticker was
+	// that late, or a SIGSTOP. Its leases could not be renewed meanwhile.
+	opStall = "stall"
 )
 
 // monoNow reads CLOCK_MONOTONIC.

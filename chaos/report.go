@@ -118,6 +118,13 @@ func (r *Report) infoNotes() []string {
 			"under documented (%s, %s). Any other duplicated value is a %s anomaly: %d here.",
 			iDupValues, n, fRestartNoData, fRestartSnapshot, doc, dDupDataLoss, dSegDataLoss, aDuplicate, r.Anomalies[aDuplicate]))
 	}
+	if n := r.Info[iStalls]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d (the longest %d ms): times a client process ran nothing for %v or more "+
+			"(a 10 ms ticker that late: the host's load, or the nemesis's SIGSTOP). Its leases could not be renewed "+
+			"meanwhile, so the checker counts each as a pause of that process; %s %d: overlaps whose only explanation "+
+			"is such a stall, documented as a client pause is (the holder told in time, as for any overlap).",
+			iStalls, n, r.Info[iStallMaxMS], stallMin, iStallExcused, r.Info[iStallExcused]))
+	}
 	if n := r.Info[iLostHolds]; n > 0 {
 		notes = append(notes, fmt.Sprintf("%s %d: holds whose Lost channel closed. The nemesis kills, pauses and cuts off "+
 			"servers and clients, and a hold that can no longer be renewed must be reported lost; a run fails only on an "+
