@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -406,3 +407,6 @@ func (m *Manager) Stuck(ctx context.Context, limit int) ([]Status, error) {
 	}
 	return out, nil
 }
+
+// errNotClaimed: the transaction is final or its lease has not expired.
+var errNotClaimed = errors.New("txn: not claimed")

@@ -135,6 +135,9 @@ func TestDeadlineStuck(t *testing.T) {
 	if !errors.Is(err, txn.ErrStuck) {
 		t.Fatalf("Run: %v, want ErrStuck", err)
 	}
+	if n, err := m.Recover(ctx, 0); n != 0 || err != nil {
+		t.Errorf("Recover: %d, %v; want 0, nil", n, err)
+	}
 	stuck, err := m.Stuck(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
