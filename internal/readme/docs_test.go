@@ -160,6 +160,7 @@ import (
 	"github.com/coordkit/coordkit/redlock"
 	"github.com/coordkit/coordkit/semaphore"
 	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/txn"
 	"github.com/coordkit/coordkit/watchdog"
 	"github.com/coordkit/coordkit/zklock"
 )
@@ -178,6 +179,7 @@ var (
 	_ = redlock.New
 	_ = semaphore.New
 	_ = sqllock.NewPostgres
+	_ = txn.New
 	_ = watchdog.Start
 	_ = zklock.New
 )
@@ -188,12 +190,20 @@ var (
 	conn    *zk.Conn
 	db      *sql.DB
 	locker  lock.Locker
+
+	// package txn's usage block
+	accounts   *sql.DB
+	snowflake  *idgen.Snowflake
+	creditStep txn.SagaStep
+	payload    []byte
 )
 
 func withdraw(ctx context.Context, user string, amount int) error { return nil }
 func drainOutbox(ctx context.Context, token int64) error         { <-ctx.Done(); return nil }
 func sendReport(ctx context.Context) error                       { return nil }
 func renew(ctx context.Context) error                            { return nil }
+func debit(ctx context.Context, tx *sql.Tx, payload []byte) error  { return nil }
+func credit(ctx context.Context, tx *sql.Tx, payload []byte) error { return nil }
 
 func main() {}
 `
