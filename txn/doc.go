@@ -1,5 +1,5 @@
 // Package txn runs distributed transactions from inside the application,
-// with no coordinator server: Saga and TCC global transactions whose log
+// with no coordinator server: Saga, TCC and XA global transactions whose log
 // lives in the application's own database (MySQL/MariaDB or PostgreSQL),
 // driven by whichever process started them and, if that process dies,
 // recovered by any other; and the sub-transaction barrier that makes their
@@ -164,7 +164,7 @@
 //	CREATE TABLE coordkit_txn_global (
 //	  gid         BIGINT NOT NULL PRIMARY KEY, -- from IDs
 //	  name        VARCHAR(255) NOT NULL,       -- the registered type
-//	  mode        VARCHAR(8) NOT NULL,         -- saga | tcc
+//	  mode        VARCHAR(8) NOT NULL,         -- saga | tcc | xa
 //	  state       VARCHAR(16) NOT NULL,        -- running | confirming | rolling_back | committed | aborted | stuck
 //	  phase       VARCHAR(16) NOT NULL,        -- the state a stuck transaction was in
 //	  reason      TEXT NOT NULL,               -- why it rolled back or is stuck
@@ -203,7 +203,7 @@
 // On PostgreSQL the same columns with bigint, integer, text, bytea and
 // timestamptz, and CREATE INDEX for the state index.
 //
-// # AT mode, and XA
+// # AT mode
 //
 // Seata's AT mode (its default) parses each business SQL statement, reads
 // the rows before and after to build an undo log, and holds global row
@@ -218,8 +218,41 @@
 // business knows how to undo a debit), or TCC when the intermediate state
 // must be reserved rather than visible (freeze, then confirm).
 //
-// XA (two-phase commit with the databases' prepared transactions) is not
-// implemented yet.
+// # XA
+//
+// RegisterXA's branches each name a resource database and the work done in
+// it, inside an XA transaction with id XAPrefix + gid + "_" + branch
+// (MySQL and MariaDB: XA START, the work, XA END, XA PREPARE; PostgreSQL:
+// BEGIN, the work, PREPARE TRANSACTION, which needs
+// max_prepared_transactions > 0, 0 by default).
+//
+//	running ──(every branch prepared; the decision logged)──▶ confirming ──(XA COMMIT / COMMIT PREPARED each)──▶ committed
+//	running ──(a branch's work or prepare failed, or the driver lost)──▶ rolling_back ──(XA ROLLBACK / ROLLBACK PREPARED)──▶ aborted
+//	confirming or rolling_back ──(still failing at the deadline)──▶ stuck
+//
+// The work is not retried: its error is the branch's "no" vote. The commit
+// decision (confirming) is logged before phase two; a transaction Recover
+// finds running has no decision and is rolled back (presumed abort). Phase
+// two is retried until it succeeds; an id the database does not know was
+// finished already (a lost reply) or, for a rollback, never prepared. On
+// MySQL a prepared branch belongs to its session until phase two or until
+// the session ends (the driver pins the connection, and closes it if it
+// stops between the phases: the server keeps the prepared branch for XA
+// RECOVER; it survives a server restart too). Recover also lists the
+// package's prepared branches in the registered XA resource databases (XA
+// RECOVER, pg_prepared_xacts) and commits those whose transaction the log
+// says committed and rolls back those it says aborted: a deposed driver's
+// late prepare, or one whose process died.
+//
+// What it costs: every branch's row locks are held from its work until
+// its commit in phase two, across the log's writes in between (for the
+// first of n branches: 2n local transactions on the log, besides the other
+// branches' work and prepares), and,
+// if the driver dies between the phases, until Recover runs after the lease
+// TTL (or a person resolves a stuck one). Other transactions touching those
+// rows wait meanwhile. Seed 003's "XA is CP and slower": consistent and
+// isolated (nobody sees a half-done transfer), at the price of
+// availability. Prefer Saga or TCC for long or contended transactions.
 //
 // # Not included
 //

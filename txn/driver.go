@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -23,6 +24,9 @@ type driver struct {
 	branches  []string
 	recovered bool  // claimed by Recover, not started by Run
 	cause     error // the refusal that started the rollback, in this process
+	// conns are XA branches' pinned connections (MySQL: prepared, until
+	// phase two).
+	conns map[int]*sql.Conn
 }
 
 // refusal is a forward func's ErrAbort.
@@ -56,7 +60,18 @@ func (d *driver) drive(ctx context.Context) error {
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := d.renew(dctx, cancel)
-	err := d.steps(dctx)
+	var err error
+	if d.def.mode == ModeXA {
+		d.conns = map[int]*sql.Conn{}
+		err = d.xaSteps(dctx)
+		for _, c := range d.conns {
+			// Left prepared (the driver stopped between the phases):
+			// the server keeps it once the session ends, for Recover.
+			closeConn(c, true)
+		}
+	} else {
+		err = d.steps(dctx)
+	}
 	stop()
 	if err == nil {
 		return nil
@@ -331,6 +346,11 @@ func (d *driver) steps(ctx context.Context) error {
 			return err
 		}
 	}
+	return d.result()
+}
+
+// result is what the drive returns once the state is final.
+func (d *driver) result() error {
 	switch d.state {
 	case StateCommitted:
 		return nil

@@ -45,6 +45,7 @@ func TestBadInput(t *testing.T) {
 	m := newManager(t, banks[0], "")
 	ok := func(context.Context, txn.Branch) error { return nil }
 	step := txn.SagaStep{Action: ok, Compensate: ok}
+	work := func(context.Context, txn.Execer, txn.Branch) error { return nil }
 	for name, err := range map[string]error{
 		"no steps":      m.RegisterSaga("empty"),
 		"no branches":   m.RegisterTCC("empty"),
@@ -53,6 +54,10 @@ func TestBadInput(t *testing.T) {
 		"empty name":    m.RegisterSaga("", step),
 		"long name":     m.RegisterSaga(string(make([]byte, txn.MaxNameLen+1)), step),
 		"twice":         errors.Join(m.RegisterSaga("twice", step), m.RegisterTCC("twice", txn.TCCBranch{Try: ok, Confirm: ok, Cancel: ok})),
+		"xa nil db":     m.RegisterXA("xa", txn.XABranch{Dialect: sqllock.MySQL, Work: work}),
+		"xa nil work":   m.RegisterXA("xa", txn.XABranch{DB: db, Dialect: sqllock.MySQL}),
+		"xa dialect":    m.RegisterXA("xa", txn.XABranch{DB: db, Work: work}),
+		"xa empty":      m.RegisterXA("xa"),
 		"unknown name":  run(m, "nope", nil, time.Second),
 		"zero timeout":  run(m, "twice", nil, 0),
 		"neg timeout":   run(m, "twice", nil, -time.Second),

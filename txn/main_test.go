@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -47,7 +48,8 @@ func (r serverRun) Run() int {
 		return 1
 	}
 	defer maria.Close()
-	if pg, err = testserver.NewPostgres(); err != nil {
+	// XA needs prepared transactions, off by default.
+	if pg, err = testserver.NewPostgres(testserver.WithServerArgs("-c", "max_prepared_transactions=20")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -330,3 +332,6 @@ func status(t *testing.T, m *txn.Manager, gid int64) txn.Status {
 }
 
 var errLostReply = errors.New("test: reply lost after commit")
+
+// errBadConn makes database/sql close a connection instead of pooling it.
+var errBadConn = driver.ErrBadConn

@@ -138,6 +138,7 @@ type def struct {
 	forward []Func // action or Try
 	undo    []Func // compensation or Cancel
 	confirm []Func // TCC only
+	xa      []XABranch
 }
 
 // Manager runs global transactions and keeps their log in one database.

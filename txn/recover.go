@@ -18,6 +18,9 @@ import (
 // its next write to the log; its branch funcs may still run meanwhile,
 // which the Barrier makes harmless.
 //
+// It then finishes the in-doubt XA branches of the registered XA types'
+// resource databases (see the package documentation's XA section).
+//
 // Recover handles at most limit transactions (limit <= 0: 100), one after
 // another, and returns how many it drove to a final state (committed,
 // aborted or stuck). A transaction it could not finish (a type this
@@ -73,6 +76,9 @@ WHERE state IN (?, ?, ?) AND lease_until < {now} ORDER BY gid LIMIT ?`),
 			m.o.logger.Warn("txn: recovery left a transaction unfinished", "gid", gid, "err", err)
 			errs = append(errs, err)
 		}
+	}
+	if _, err := m.resolveInDoubt(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
 }

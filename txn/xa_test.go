@@ -1,0 +1,245 @@
+package txn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/txn"
+)
+
+// xaTransfer is an XA transfer from an account of from to one of to.
+func xaTransfer(from, to *bank) []txn.XABranch {
+	work := func(b *bank, stmt, refuse string, args func(tr transfer) []any) txn.XABranch {
+		return txn.XABranch{DB: b.db, Dialect: b.d, Work: func(ctx context.Context, ex txn.Execer, br txn.Branch) error {
+			res, err := ex.ExecContext(ctx, b.q(stmt), args(decode(br))...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				return errors.New(refuse)
+			}
+			return nil
+		}}
+	}
+	return []txn.XABranch{
+		work(from, "UPDATE acct SET balance = balance - ? WHERE id = ? AND balance >= ?", "insufficient funds",
+			func(tr transfer) []any { return []any{tr.Amount, tr.From, tr.Amount} }),
+		work(to, "UPDATE acct SET balance = balance + ? WHERE id = ?", "no such account",
+			func(tr transfer) []any { return []any{tr.Amount, tr.To} }),
+	}
+}
+
+// prepared returns the package's prepared XA transactions of gid on b.
+func prepared(t *testing.T, b *bank, gid int64) []string {
+	t.Helper()
+	prefix := txn.XAPrefix + strconv.FormatInt(gid, 10) + "_"
+	var out []string
+	if b.d == sqllock.Postgres {
+		rows, err := b.db.Query("SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, $1)", prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var x string
+			if err := rows.Scan(&x); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, x)
+		}
+		return out
+	}
+	rows, err := b.db.Query("XA RECOVER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f, g, q int64
+		var data string
+		if err := rows.Scan(&f, &g, &q, &data); err != nil {
+			t.Fatal(err)
+		}
+		if len(data) >= len(prefix) && data[:len(prefix)] == prefix {
+			out = append(out, data)
+		}
+	}
+	return out
+}
+
+func noPrepared(t *testing.T, gid int64) {
+	t.Helper()
+	for _, b := range banks {
+		if p := prepared(t, b, gid); len(p) > 0 {
+			t.Errorf("%s still has prepared transactions %q", b.name, p)
+		}
+	}
+}
+
+// TestXATransfer moves money from MariaDB to PostgreSQL by two-phase
+// commit with the log on either; a branch voting no (more than the
+// balance, a missing account) rolls back both; no prepared transaction is
+// left behind.
+func TestXATransfer(t *testing.T) {
+	forEachLog(t, func(t *testing.T, log *bank) {
+		m := newManager(t, log, "")
+		if err := m.RegisterXA("transfer", xaTransfer(banks[0], banks[1])...); err != nil {
+			t.Fatal(err)
+		}
+		a, b := uniqueKey(t)+"a", uniqueKey(t)+"b"
+		banks[0].open(t, a, 100)
+		banks[1].open(t, b, 0)
+		ctx := ctxTimeout(t, 20*time.Second)
+		gid, err := m.Run(ctx, "transfer", payload(t, transfer{a, b, 30}), 10*time.Second)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if st := status(t, m, gid); st.State != txn.StateCommitted || st.Mode != txn.ModeXA ||
+			!slices.Equal(st.Branches, []string{"confirmed", "confirmed"}) {
+			t.Fatalf("status %+v", st)
+		}
+		noPrepared(t, gid)
+		for _, tr := range []transfer{{a, b, 1000}, {a, b + "-missing", 10}} {
+			gid, err := m.Run(ctx, "transfer", payload(t, tr), 10*time.Second)
+			if !errors.Is(err, txn.ErrAborted) {
+				t.Fatalf("Run %+v: %v, want ErrAborted", tr, err)
+			}
+			if st := status(t, m, gid); st.State != txn.StateAborted {
+				t.Fatalf("status %+v", st)
+			}
+			noPrepared(t, gid)
+		}
+		x, _, _ := banks[0].account(t, a)
+		y, _, _ := banks[1].account(t, b)
+		if x != 70 || y != 30 {
+			t.Errorf("A = %d, B = %d; want 70, 30", x, y)
+		}
+	})
+}
+
+// TestXARecover abandons an XA transfer after a branch was prepared
+// (before the decision: presumed abort, the prepared branch rolled back
+// from another session through XA RECOVER's list) and after the decision
+// with one branch committed (the other is committed by the recovery).
+func TestXARecover(t *testing.T) {
+	for _, p := range []struct {
+		branch int
+		step   string
+		moved  bool
+	}{{0, "prepared", false}, {1, "prepared", false}, {0, "committed", true}} {
+		t.Run(fmt.Sprintf("%s%d", p.step, p.branch), func(t *testing.T) {
+			prefix := freshPrefix()
+			first := newManager(t, banks[0], prefix, txn.WithLeaseTTL(300*time.Millisecond))
+			second := newManager(t, banks[0], prefix)
+			for _, m := range []*txn.Manager{first, second} {
+				if err := m.RegisterXA("transfer", xaTransfer(banks[0], banks[1])...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, b := uniqueKey(t)+"a", uniqueKey(t)+"b"
+			banks[0].open(t, a, 100)
+			banks[1].open(t, b, 0)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			txn.SetTestHook(func(_ int64, branch int, step string) {
+				if branch == p.branch && step == p.step {
+					cancel()
+				}
+			})
+			gid, err := first.Run(ctx, "transfer", payload(t, transfer{a, b, 30}), 10*time.Second)
+			txn.SetTestHook(nil)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("abandoned Run: %v, want context.Canceled", err)
+			}
+			if p.step == "prepared" && len(prepared(t, banks[p.branch], gid)) != 1 {
+				t.Fatalf("branch %d is not left prepared", p.branch)
+			}
+			recoverOne(t, second)
+			want, st := [2]int64{100, 0}, txn.StateAborted
+			if p.moved {
+				want, st = [2]int64{70, 30}, txn.StateCommitted
+			}
+			if s := status(t, second, gid); s.State != st {
+				t.Errorf("status %+v, want %s", s, st)
+			}
+			x, _, _ := banks[0].account(t, a)
+			y, _, _ := banks[1].account(t, b)
+			if x != want[0] || y != want[1] {
+				t.Errorf("A = %d, B = %d; want %d, %d", x, y, want[0], want[1])
+			}
+			noPrepared(t, gid)
+		})
+	}
+}
+
+// TestXAInDoubt: a prepared branch of a transaction the log says aborted
+// (a deposed driver's late prepare whose process then died) is rolled
+// back by Recover, found by XA RECOVER and pg_prepared_xacts; one of a
+// gid the log does not have is left alone.
+func TestXAInDoubt(t *testing.T) {
+	m := newManager(t, banks[1], "")
+	if err := m.RegisterXA("transfer", xaTransfer(banks[0], banks[1])...); err != nil {
+		t.Fatal(err)
+	}
+	a := uniqueKey(t)
+	banks[0].open(t, a, 10)
+	banks[1].open(t, a, 10)
+	ctx := ctxTimeout(t, 20*time.Second)
+	gid, err := m.Run(ctx, "transfer", payload(t, transfer{a, a, 1000}), 10*time.Second)
+	if !errors.Is(err, txn.ErrAborted) {
+		t.Fatalf("Run: %v", err)
+	}
+	stranger, _ := ids.Next()
+	for _, b := range banks {
+		for _, g := range []int64{gid, stranger} {
+			x := fmt.Sprintf("%s%d_%d", txn.XAPrefix, g, 0)
+			c, err := b.db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stmts := []string{"XA START '" + x + "'", "INSERT INTO acct (id, balance, frozen, incoming) VALUES ('" + x + "', 0, 0, 0)", "XA END '" + x + "'", "XA PREPARE '" + x + "'"}
+			if b.d == sqllock.Postgres {
+				stmts = []string{"BEGIN", "INSERT INTO acct (id, balance, frozen, incoming) VALUES ('" + x + "', 0, 0, 0)", "PREPARE TRANSACTION '" + x + "'"}
+			}
+			for _, s := range stmts {
+				if _, err := c.ExecContext(ctx, s); err != nil {
+					t.Fatalf("%s: %s: %v", b.name, s, err)
+				}
+			}
+			// The session ends: MariaDB keeps the prepared transaction.
+			c.Raw(func(any) error { return errBadConn })
+			c.Close()
+		}
+	}
+	if n, err := m.Recover(ctx, 0); n != 0 || err != nil {
+		t.Fatalf("Recover: %d, %v", n, err)
+	}
+	noPrepared(t, gid)
+	for _, b := range banks {
+		p := prepared(t, b, stranger)
+		if len(p) != 1 {
+			t.Errorf("%s: the stranger's prepared transaction: %q, want left alone", b.name, p)
+		}
+		stmt := "XA ROLLBACK '" + p[0] + "'"
+		if b.d == sqllock.Postgres {
+			stmt = "ROLLBACK PREPARED '" + p[0] + "'"
+		}
+		if _, err := b.db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range banks {
+		var n int
+		if err := b.db.QueryRow(b.q("SELECT COUNT(*) FROM acct WHERE id LIKE ?"), txn.XAPrefix+"%").Scan(&n); err != nil || n != 0 {
+			t.Errorf("%s: %d rows of rolled-back branches (%v)", b.name, n, err)
+		}
+	}
+}
