@@ -244,6 +244,14 @@
 // says committed and rolls back those it says aborted: a deposed driver's
 // late prepare, or one whose process died.
 //
+// A caveat on MySQL and MariaDB: a branch prepared on a session that is
+// still open is unknown to every other session (MariaDB 10.11 answers
+// XAER_NOTA), so a successor driver takes it for finished. A driver
+// deposed in phase one rolls back what it prepared itself when the log
+// refuses it; one deposed in phase two closes its sessions, and the branch
+// is committed by the next Recover's in-doubt pass. Until then its rows
+// stay locked, and the log may already say committed.
+//
 // What it costs: every branch's row locks are held from its work until
 // its commit in phase two, across the log's writes in between (for the
 // first of n branches: 2n local transactions on the log, besides the other

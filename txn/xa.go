@@ -191,6 +191,25 @@ func xaFinishSQL(d sqllock.Dialect, x string, commit bool) string {
 	return "ROLLBACK PREPARED '" + x + "'"
 }
 
+// undoPrepared rolls back branch last, which this driver has just
+// prepared, and the branches it prepared and still holds, once it finds
+// itself deposed in phase one. Its successor found no decision and rolls
+// the transaction back, but it could not reach these: last was not
+// prepared yet when it tried, and on MySQL a branch prepared on a session
+// still open is unknown to every other session. A failure here leaves the
+// branch to Recover's in-doubt pass.
+func (d *driver) undoPrepared(ctx context.Context, last int) {
+	ctx = context.WithoutCancel(ctx)
+	if err := d.xaFinish(ctx, last, false); err != nil {
+		d.m.o.logger.Warn("txn: rolling back a deposed driver's prepared branch", "gid", d.gid, "branch", last, "err", err)
+	}
+	for i := range d.conns {
+		if err := d.xaFinish(ctx, i, false); err != nil {
+			d.m.o.logger.Warn("txn: rolling back a deposed driver's prepared branch", "gid", d.gid, "branch", i, "err", err)
+		}
+	}
+}
+
 // xaSteps drives an XA transaction (the driver's steps for ModeXA).
 func (d *driver) xaSteps(ctx context.Context) error {
 	if d.state == StateRunning && d.recovered {
@@ -217,10 +236,7 @@ func (d *driver) xaSteps(ctx context.Context) error {
 			d.hook(i, "prepared")
 			if err := d.write(ctx, "", "", i, branchDone); err != nil {
 				if errors.Is(err, ErrDeposed) {
-					// The transaction is another driver's now, which
-					// may have decided to roll back without this
-					// branch: undo what this driver prepared.
-					_ = d.xaFinish(context.WithoutCancel(ctx), i, false)
+					d.undoPrepared(ctx, i)
 				}
 				return err
 			}

@@ -243,3 +243,59 @@ func TestXAInDoubt(t *testing.T) {
 		}
 	}
 }
+
+// TestXADeposedDriver: a driver stalled in phase one (branch 0 prepared on
+// its pinned MariaDB session, branch 1's work under way on PostgreSQL) is
+// deposed by Recover, which rolls the transaction back; the stalled
+// driver's late prepare of branch 1 is refused by the log and rolled back
+// by the stalled driver itself.
+func TestXADeposedDriver(t *testing.T) {
+	prefix := freshPrefix()
+	slow := newManager(t, banks[0], prefix, txn.WithLeaseTTL(time.Minute))
+	fast := newManager(t, banks[0], prefix)
+	stalled := make(chan int64, 1)
+	release := make(chan struct{})
+	branches := xaTransfer(banks[0], banks[1])
+	work := branches[1].Work
+	branches[1].Work = func(ctx context.Context, ex txn.Execer, br txn.Branch) error {
+		if err := work(ctx, ex, br); err != nil {
+			return err
+		}
+		stalled <- br.GID
+		<-release
+		return nil
+	}
+	if err := slow.RegisterXA("transfer", branches...); err != nil {
+		t.Fatal(err)
+	}
+	if err := fast.RegisterXA("transfer", xaTransfer(banks[0], banks[1])...); err != nil {
+		t.Fatal(err)
+	}
+	a, b := uniqueKey(t)+"a", uniqueKey(t)+"b"
+	banks[0].open(t, a, 100)
+	banks[1].open(t, b, 0)
+	ctx := ctxTimeout(t, 30*time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := slow.Run(ctx, "transfer", payload(t, transfer{a, b, 30}), 10*time.Second)
+		done <- err
+	}()
+	gid := <-stalled
+	if _, err := banks[0].db.ExecContext(ctx, "UPDATE "+prefix+"global SET lease_until = 0 WHERE gid = ?", gid); err != nil {
+		t.Fatal(err)
+	}
+	recoverOne(t, fast)
+	close(release)
+	if err := <-done; !errors.Is(err, txn.ErrDeposed) {
+		t.Errorf("the stalled driver's Run: %v, want ErrDeposed", err)
+	}
+	if st := status(t, fast, gid); st.State != txn.StateAborted {
+		t.Errorf("status %+v, want aborted", st)
+	}
+	noPrepared(t, gid)
+	x, _, _ := banks[0].account(t, a)
+	y, _, _ := banks[1].account(t, b)
+	if x != 100 || y != 0 {
+		t.Errorf("A = %d, B = %d; want 100, 0", x, y)
+	}
+}
