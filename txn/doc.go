@@ -244,13 +244,15 @@
 // says committed and rolls back those it says aborted: a deposed driver's
 // late prepare, or one whose process died.
 //
-// A caveat on MySQL and MariaDB: a branch prepared on a session that is
-// still open is unknown to every other session (MariaDB 10.11 answers
-// XAER_NOTA), so a successor driver takes it for finished. A driver
-// deposed in phase one rolls back what it prepared itself when the log
-// refuses it; one deposed in phase two closes its sessions, and the branch
-// is committed by the next Recover's in-doubt pass. Until then its rows
-// stay locked, and the log may already say committed.
+// On MySQL and MariaDB, a branch prepared on a session that is still open
+// is unknown to every other session (MariaDB 10.11 answers XAER_NOTA to XA
+// COMMIT and XA ROLLBACK) while XA RECOVER lists it. A successor driver
+// that gets XAER_NOTA therefore looks in XA RECOVER: listed, the branch is
+// still its deposed predecessor's, and phase two is retried (until that
+// driver finishes it or its session ends; until the deadline, then stuck,
+// if it never does). A driver deposed in phase one rolls back what it
+// prepared once the log refuses it; one deposed in phase two closes its
+// sessions.
 //
 // What it costs: every branch's row locks are held from its work until
 // its commit in phase two, across the log's writes in between (for the

@@ -175,8 +175,33 @@ func (d *driver) xaFinish(ctx context.Context, i int, commit bool) error {
 	}
 	if _, err = b.DB.ExecContext(ctx, stmt); err != nil && !unknownXID(err) {
 		return fmt.Errorf("txn: gid %d: branch %d: %s: %w", d.gid, i, stmt, err)
+	} else if err != nil && b.Dialect == sqllock.MySQL {
+		// MySQL and MariaDB answer XAER_NOTA also for a branch prepared
+		// on a session still open (a deposed driver's), which XA
+		// RECOVER lists: not finished, try again later.
+		held, lerr := isPrepared(ctx, b.DB, b.Dialect, xid(d.gid, i))
+		if lerr != nil {
+			return fmt.Errorf("txn: gid %d: branch %d: %w", d.gid, i, lerr)
+		}
+		if held {
+			return fmt.Errorf("txn: gid %d: branch %d: %s: prepared on another session, still open: %w", d.gid, i, stmt, err)
+		}
 	}
 	return nil
+}
+
+// isPrepared reports whether x is among db's prepared XA transactions.
+func isPrepared(ctx context.Context, db *sql.DB, d sqllock.Dialect, x string) (bool, error) {
+	xids, err := listPrepared(ctx, db, d)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range xids {
+		if p == x {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func xaFinishSQL(d sqllock.Dialect, x string, commit bool) string {
@@ -194,10 +219,11 @@ func xaFinishSQL(d sqllock.Dialect, x string, commit bool) string {
 // undoPrepared rolls back branch last, which this driver has just
 // prepared, and the branches it prepared and still holds, once it finds
 // itself deposed in phase one. Its successor found no decision and rolls
-// the transaction back, but it could not reach these: last was not
-// prepared yet when it tried, and on MySQL a branch prepared on a session
-// still open is unknown to every other session. A failure here leaves the
-// branch to Recover's in-doubt pass.
+// the transaction back, but it cannot reach these: last was not prepared
+// yet when it tried, and on MySQL a branch prepared on a session still
+// open is unknown to every other session (the successor retries it until
+// this session lets go). A failure here leaves the branch to Recover's
+// in-doubt pass.
 func (d *driver) undoPrepared(ctx context.Context, last int) {
 	ctx = context.WithoutCancel(ctx)
 	if err := d.xaFinish(ctx, last, false); err != nil {
@@ -355,7 +381,9 @@ func (m *Manager) resolveInDoubt(ctx context.Context) (int, error) {
 			default:
 				continue
 			}
-			if _, err := r.db.ExecContext(ctx, xaFinishSQL(r.d, x, commit)); err != nil && !unknownXID(err) {
+			if _, err := r.db.ExecContext(ctx, xaFinishSQL(r.d, x, commit)); unknownXID(err) {
+				continue // finished meanwhile, or (MySQL) prepared on a session still open
+			} else if err != nil {
 				errs = append(errs, fmt.Errorf("txn: in-doubt %s: %w", x, err))
 				continue
 			}

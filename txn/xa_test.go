@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,8 +285,27 @@ func TestXADeposedDriver(t *testing.T) {
 	if _, err := banks[0].db.ExecContext(ctx, "UPDATE "+prefix+"global SET lease_until = 0 WHERE gid = ?", gid); err != nil {
 		t.Fatal(err)
 	}
-	recoverOne(t, fast)
+	// The successor rolls back; branch 0, prepared on the stalled
+	// driver's MariaDB session, is out of its reach until that driver
+	// lets go: it retries.
+	recovered := make(chan error, 1)
+	go func() {
+		n, err := fast.Recover(ctx, 0)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("Recover drove %d transactions, want 1", n)
+		}
+		recovered <- err
+	}()
+	for status(t, fast, gid).State != txn.StateRollingBack {
+		if ctx.Err() != nil {
+			t.Fatal("the successor did not start rolling back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	close(release)
+	if err := <-recovered; err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
 	if err := <-done; !errors.Is(err, txn.ErrDeposed) {
 		t.Errorf("the stalled driver's Run: %v, want ErrDeposed", err)
 	}
@@ -297,5 +317,80 @@ func TestXADeposedDriver(t *testing.T) {
 	y, _, _ := banks[1].account(t, b)
 	if x != 100 || y != 0 {
 		t.Errorf("A = %d, B = %d; want 100, 0", x, y)
+	}
+}
+
+// TestXADeposedInPhaseTwo: a driver stalled in phase two (branch 0
+// committed on PostgreSQL, branch 1 prepared on its pinned MariaDB
+// session) is deposed; the successor cannot reach branch 1 (XAER_NOTA from
+// another session, but listed by XA RECOVER) and does not log the
+// transaction committed until the stalled driver, refused by the log,
+// lets its session go and the successor commits the branch.
+func TestXADeposedInPhaseTwo(t *testing.T) {
+	prefix := freshPrefix()
+	slow := newManager(t, banks[0], prefix, txn.WithLeaseTTL(time.Minute))
+	fast := newManager(t, banks[0], prefix)
+	for _, m := range []*txn.Manager{slow, fast} {
+		if err := m.RegisterXA("transfer", xaTransfer(banks[1], banks[0])...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := uniqueKey(t)+"a", uniqueKey(t)+"b"
+	banks[1].open(t, a, 100)
+	banks[0].open(t, b, 0)
+	ctx := ctxTimeout(t, 30*time.Second)
+	stalled := make(chan int64, 1)
+	release := make(chan struct{})
+	var first atomic.Bool
+	txn.SetTestHook(func(gid int64, branch int, step string) {
+		// Only the first driver stalls: the hook is the process's.
+		if branch == 0 && step == "committed" && first.CompareAndSwap(false, true) {
+			stalled <- gid
+			<-release
+		}
+	})
+	defer txn.SetTestHook(nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := slow.Run(ctx, "transfer", payload(t, transfer{a, b, 30}), 10*time.Second)
+		done <- err
+	}()
+	gid := <-stalled
+	if _, err := banks[0].db.ExecContext(ctx, "UPDATE "+prefix+"global SET lease_until = 0 WHERE gid = ?", gid); err != nil {
+		t.Fatal(err)
+	}
+	recovered := make(chan error, 1)
+	go func() {
+		n, err := fast.Recover(ctx, 0)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("Recover drove %d transactions, want 1", n)
+		}
+		recovered <- err
+	}()
+	for status(t, fast, gid).Branches[0] != "confirmed" {
+		if ctx.Err() != nil {
+			t.Fatal("the successor did not confirm branch 0")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if st := status(t, fast, gid); st.State != txn.StateConfirming || len(prepared(t, banks[0], gid)) != 1 {
+		t.Errorf("while branch 1 is prepared on the stalled session: %+v, want confirming", st)
+	}
+	close(release)
+	if err := <-recovered; err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if err := <-done; !errors.Is(err, txn.ErrDeposed) {
+		t.Errorf("the stalled driver's Run: %v, want ErrDeposed", err)
+	}
+	if st := status(t, fast, gid); st.State != txn.StateCommitted {
+		t.Errorf("status %+v, want committed", st)
+	}
+	noPrepared(t, gid)
+	x, _, _ := banks[1].account(t, a)
+	y, _, _ := banks[0].account(t, b)
+	if x != 70 || y != 30 {
+		t.Errorf("A = %d, B = %d; want 70, 30", x, y)
 	}
 }
