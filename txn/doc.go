@@ -264,10 +264,16 @@
 // isolated (nobody sees a half-done transfer), at the price of
 // availability. Prefer Saga or TCC for long or contended transactions.
 //
-// # Not included
+// # Recovery
 //
-// Recover must be called by the application, in one process at a time
-// (for instance under package election); concurrent calls are safe, only
-// wasteful. There is no operator command to list stuck transactions yet:
+// Recover is one pass; RecoverLoop repeats it. Run the loop in one process
+// at a time, under package election (concurrent passes are safe, only
+// wasteful: the row lock and the token let one driver through):
+//
+//	err := e.Run(ctx, func(ctx context.Context, _ *election.Term) error {
+//		return m.RecoverLoop(ctx, 5*time.Second)
+//	})
+//
+// There is no operator command to list stuck transactions yet:
 // Manager.Stuck lists them.
 package txn

@@ -148,3 +148,35 @@ func (m *Manager) claim(ctx context.Context, gid int64) (*driver, error) {
 	}
 	return dr, nil
 }
+
+// RecoverLoop calls Recover every interval until ctx ends, then returns
+// nil. A pass's error is logged (WithLogger) and the next pass tries
+// again. Run it in one process at a time, under package election:
+//
+//	err := e.Run(ctx, func(ctx context.Context, _ *election.Term) error {
+//		return m.RecoverLoop(ctx, 5*time.Second) // ends when the term does
+//	})
+//
+// A term lost in the middle of a recovery cancels it: the transaction it
+// was driving stays under its lease until that expires, and the next
+// leader takes it over. An interval <= 0 is an error wrapping ErrInvalid.
+func (m *Manager) RecoverLoop(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return invalid("recovery interval %v: want > 0", interval)
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n, err := m.Recover(ctx, 0); err != nil && ctx.Err() == nil {
+			m.o.logger.Warn("txn: recovery pass", "finished", n, "err", err)
+		} else if n > 0 {
+			m.o.logger.Info("txn: recovery pass", "finished", n)
+		}
+		t.Reset(interval)
+	}
+}

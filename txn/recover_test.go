@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/election"
+	"github.com/coordkit/coordkit/sqllock"
 	"github.com/coordkit/coordkit/txn"
 )
 
@@ -205,5 +209,80 @@ func recoverOne(t *testing.T, m *txn.Manager) {
 			t.Fatal("Recover drove nothing within 20 s")
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// TestRecoverUnderElection: two instances run RecoverLoop under an
+// election (a lease-table lock on MariaDB); the leader finishes a
+// transaction a third Manager abandoned.
+func TestRecoverUnderElection(t *testing.T) {
+	log := banks[0]
+	prefix := freshPrefix()
+	first := newManager(t, log, prefix, txn.WithLeaseTTL(300*time.Millisecond))
+	abandoned, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	// The first driver is abandoned once its first action committed.
+	if err := first.RegisterSaga("saga", sagaTransfer(banks[0], banks[1], &hooks{after: func(txn.Branch, bool) error {
+		cancelRun()
+		return nil
+	}})...); err != nil {
+		t.Fatal(err)
+	}
+	steps := sagaTransfer(banks[0], banks[1], nil)
+	locker, err := sqllock.NewLeaseTable(log.db, sqllock.MySQL, sqllock.WithTable(prefix+"locks"),
+		sqllock.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := locker.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	loops, stop := context.WithCancel(ctx)
+	defer stop()
+	for i := range 2 {
+		m := newManager(t, log, prefix)
+		if err := m.RegisterSaga("saga", steps...); err != nil {
+			t.Fatal(err)
+		}
+		e, err := election.New(locker, "txn-recovery", election.WithIdentity(fmt.Sprint("instance-", i)),
+			election.WithTTL(time.Second), election.WithRetryPeriod(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.Run(loops, func(ctx context.Context, _ *election.Term) error {
+				return m.RecoverLoop(ctx, 50*time.Millisecond)
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	a, b := uniqueKey(t)+"a", uniqueKey(t)+"b"
+	banks[0].open(t, a, 100)
+	banks[1].open(t, b, 0)
+	gid, err := first.Run(abandoned, "saga", payload(t, transfer{a, b, 30}), 10*time.Second)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned Run: %v, want context.Canceled", err)
+	}
+	for status(t, first, gid).State != txn.StateCommitted {
+		if ctx.Err() != nil {
+			t.Fatalf("not recovered: %+v", status(t, first, gid))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	x, _, _ := banks[0].account(t, a)
+	y, _, _ := banks[1].account(t, b)
+	if x != 70 || y != 30 {
+		t.Errorf("A = %d, B = %d; want 70, 30", x, y)
+	}
+	if err := first.RecoverLoop(ctx, 0); !errors.Is(err, txn.ErrInvalid) {
+		t.Errorf("RecoverLoop(0): %v, want ErrInvalid", err)
 	}
 }
