@@ -170,8 +170,18 @@ func TestDeposedDriverRefused(t *testing.T) {
 				done <- err
 			}()
 			gid := <-stalled
+			// The lease is live: Recover leaves the transaction alone.
+			if n, err := fast.Recover(ctx, 0); n != 0 || err != nil || status(t, fast, gid).Token != 1 {
+				t.Fatalf("Recover under a live lease: %d, %v, token %d", n, err, status(t, fast, gid).Token)
+			}
 			if _, err := log.db.ExecContext(ctx, log.q("UPDATE "+prefix+"global SET lease_until = 0 WHERE gid = ?"), gid); err != nil {
 				t.Fatal(err)
+			}
+			// A Manager that does not know the type reports it and
+			// leaves the transaction for one that does.
+			stranger := newManager(t, log, prefix)
+			if n, err := stranger.Recover(ctx, 0); n != 0 || !errors.Is(err, txn.ErrInvalid) || status(t, fast, gid).Token != 1 {
+				t.Fatalf("Recover by a Manager without the type: %d, %v, token %d; want 0, ErrInvalid, 1", n, err, status(t, fast, gid).Token)
 			}
 			recoverOne(t, fast)
 			close(release)

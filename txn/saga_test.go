@@ -155,3 +155,51 @@ func TestDeadlineStuck(t *testing.T) {
 		}
 	}
 }
+
+// TestLogBeforeAction: when a branch func runs, the log already says what
+// allows it: the branch started (forward), the transaction rolling back
+// (compensation, Cancel) or confirming (Confirm).
+func TestLogBeforeAction(t *testing.T) {
+	m := newManager(t, banks[1], "")
+	var mu sync.Mutex
+	var seen []string
+	check := func(ctx context.Context, br txn.Branch) error {
+		st, err := m.Status(ctx, br.GID)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s%d:%s/%s", br.Op, br.ID, st.State, st.Branches[br.ID]))
+		mu.Unlock()
+		return nil
+	}
+	refuse := func(ctx context.Context, br txn.Branch) error {
+		if err := check(ctx, br); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: no", txn.ErrAbort)
+	}
+	if err := m.RegisterSaga("saga", txn.SagaStep{Action: check, Compensate: check}, txn.SagaStep{Action: refuse, Compensate: check}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RegisterTCC("tcc-ok", txn.TCCBranch{Try: check, Confirm: check, Cancel: check}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RegisterTCC("tcc-no", txn.TCCBranch{Try: check, Confirm: check, Cancel: check}, txn.TCCBranch{Try: refuse, Confirm: check, Cancel: check}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, name := range []string{"saga", "tcc-ok", "tcc-no"} {
+		if _, err := m.Run(ctx, name, nil, 5*time.Second); err != nil && !errors.Is(err, txn.ErrAborted) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	want := []string{
+		"action0:running/started", "action1:running/started", "compensate1:rolling_back/started", "compensate0:rolling_back/done",
+		"try0:running/started", "confirm0:confirming/done",
+		"try0:running/started", "try1:running/started", "cancel1:rolling_back/started", "cancel0:rolling_back/done",
+	}
+	if !slices.Equal(seen, want) {
+		t.Errorf("seen\n%q\nwant\n%q", seen, want)
+	}
+}
