@@ -230,7 +230,10 @@
 //	running ──(a branch's work or prepare failed, or the driver lost)──▶ rolling_back ──(XA ROLLBACK / ROLLBACK PREPARED)──▶ aborted
 //	confirming or rolling_back ──(still failing at the deadline)──▶ stuck
 //
-// The work is not retried: its error is the branch's "no" vote. The commit
+// The work is not retried: its error is the branch's "no" vote, and so is
+// a PostgreSQL branch that pg_prepared_xacts does not list after its
+// PREPARE TRANSACTION (in a transaction aborted by an error the work did
+// not return, PostgreSQL rolls back and answers no error). The commit
 // decision (confirming) is logged before phase two; a transaction Recover
 // finds running has no decision and is rolled back (presumed abort). Phase
 // two is retried until it succeeds; an id the database does not know was

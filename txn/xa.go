@@ -151,6 +151,17 @@ func (d *driver) xaPrepare(ctx context.Context, i int) error {
 	// A prepared transaction is detached from its session: the
 	// connection goes back to the pool.
 	closeConn(c, false)
+	// PREPARE TRANSACTION in a transaction aborted by an error (one the
+	// work did not return) rolls back and answers no error: without this
+	// check the branch would count as prepared, and phase two would take
+	// the unknown id for committed.
+	ok, err := isPrepared(ctx, b.DB, b.Dialect, x)
+	if err != nil {
+		return fmt.Errorf("txn: gid %d: branch %d: %w", d.gid, i, err)
+	}
+	if !ok {
+		return fmt.Errorf("txn: gid %d: branch %d: PREPARE TRANSACTION prepared nothing: the transaction had been aborted by an error in the work", d.gid, i)
+	}
 	return nil
 }
 

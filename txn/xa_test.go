@@ -394,3 +394,36 @@ func TestXADeposedInPhaseTwo(t *testing.T) {
 		t.Errorf("A = %d, B = %d; want 70, 30", x, y)
 	}
 }
+
+// TestXASwallowedError: a PostgreSQL branch whose work hides an error that
+// aborted its transaction votes no (PREPARE TRANSACTION would roll back
+// without an error): the transfer rolls back instead of committing a
+// branch that prepared nothing.
+func TestXASwallowedError(t *testing.T) {
+	m := newManager(t, banks[0], "")
+	branches := xaTransfer(banks[0], banks[1])
+	work := branches[1].Work
+	branches[1].Work = func(ctx context.Context, ex txn.Execer, br txn.Branch) error {
+		if err := work(ctx, ex, br); err != nil {
+			return err
+		}
+		_, _ = ex.ExecContext(ctx, "SELECT 1/0") // hidden: the transaction is aborted
+		return nil
+	}
+	if err := m.RegisterXA("transfer", branches...); err != nil {
+		t.Fatal(err)
+	}
+	a, b := uniqueKey(t)+"a", uniqueKey(t)+"b"
+	banks[0].open(t, a, 100)
+	banks[1].open(t, b, 0)
+	gid, err := m.Run(ctxTimeout(t, 10*time.Second), "transfer", payload(t, transfer{a, b, 30}), 5*time.Second)
+	if !errors.Is(err, txn.ErrAborted) {
+		t.Fatalf("Run: %v, want ErrAborted", err)
+	}
+	noPrepared(t, gid)
+	x, _, _ := banks[0].account(t, a)
+	y, _, _ := banks[1].account(t, b)
+	if x != 100 || y != 0 {
+		t.Errorf("A = %d, B = %d; want 100, 0", x, y)
+	}
+}
