@@ -4,8 +4,8 @@
 # zookeeper package, whose jars live in /usr/share/java; it needs java),
 # MariaDB (mariadb-server: mariadbd and mariadb-install-db), PostgreSQL
 # (postgresql: initdb and postgres, in /usr/lib/postgresql/<version>/bin),
-# and Chromium, whose headless mode the test of coordctl's operator page
-# drives. The tests start their own servers on loopback ports in temporary
+# etcd (etcd-server, 3.4: /usr/bin/etcd, for the etcd module), and
+# Chromium, whose headless mode the test of coordctl's operator page drives. The tests start their own servers on loopback ports in temporary
 # directories; a service the packages start is not used.
 #
 # It says what it installs and why before it starts, then shows apt-get's
@@ -29,11 +29,13 @@ command -v redis-sentinel >/dev/null 2>&1 ||
 	need mariadb-server "MariaDB: sqllock, sqlid and the SQL worker IDs (tests), the tickets demo's mysql:* strategies"
 { command -v postgres && command -v initdb; } >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null ||
 	need postgresql "PostgreSQL: the same on PostgreSQL, the tickets demo's pg:* strategies"
+command -v etcd >/dev/null 2>&1 ||
+	need etcd-server "etcd: the etcd module's lock (etcd/etcdlock), on a member or a 3-member cluster the tests start"
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
 	need chromium "headless Chromium: the tests that render coordctl serve's page and its charts"
 
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "deps: redis-server, redis-sentinel, zookeeper, mariadb-server, postgresql and chromium are installed"
+	echo "deps: redis-server, redis-sentinel, zookeeper, mariadb-server, postgresql, etcd-server and chromium are installed"
 	exit 0
 fi
 

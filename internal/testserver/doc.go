@@ -1,5 +1,5 @@
-// Package testserver starts real Redis, ZooKeeper, MariaDB and PostgreSQL
-// servers for coordkit's tests and benchmarks, and injects faults into them.
+// Package testserver starts real Redis, ZooKeeper, MariaDB, PostgreSQL and
+// etcd servers for coordkit's tests and benchmarks, and injects faults into them.
 //
 // Every server runs as a child process on a free 127.0.0.1 port in a
 // temporary directory, and is stopped by its PID: by Close, by the test's
@@ -33,6 +33,13 @@
 //     on the same port with the committed data. DSN and DSNAt (through a
 //     Proxy) name the server for github.com/go-sql-driver/mysql and
 //     github.com/jackc/pgx/v5/stdlib; this package imports no driver.
+//   - Etcd: Debian's etcd server (package etcd-server, 3.4) alone or as a
+//     3-member cluster on loopback, with a 50 ms heartbeat and a 500 ms
+//     election timeout (so a 1 s lease is granted as asked), never the
+//     service the package installs; per member Kill, Pause/Resume
+//     (SIGSTOP/SIGCONT), Start and Restart on the same ports from its data
+//     directory. Its clients are etcd's (in the etcd module, which this
+//     package does not import); Proxies puts a Proxy in front of each member.
 //   - Proxy: a TCP fault proxy between a client and any server: pass, added
 //     latency, dropping new connections, cutting existing ones, and
 //     black-holing (connections accepted, bytes never delivered), both ways
@@ -52,6 +59,6 @@
 // registers Close with t.Cleanup; NewX(...) returns an error and leaves Close
 // to the caller (TestMain and the bench program use these).
 //
-// A missing redis-server, java, ZooKeeper jar, mariadbd or postgres is an error that names the
+// A missing redis-server, java, ZooKeeper jar, mariadbd, postgres or etcd is an error that names the
 // command that installs it (see InstallHint); tests never skip silently.
 package testserver

@@ -16,7 +16,7 @@ import (
 
 // InstallHint is the command that installs every binary this package needs on
 // a Debian machine.
-const InstallHint = "apt-get update && apt-get install -y redis-server redis-sentinel zookeeper mariadb-server postgresql (or: make deps)"
+const InstallHint = "apt-get update && apt-get install -y redis-server redis-sentinel zookeeper mariadb-server postgresql etcd-server (or: make deps)"
 
 // ErrMissingBinary is returned when a server binary or jar is not installed.
 var ErrMissingBinary = errors.New("testserver: server binary not installed; install with: " + InstallHint)
@@ -29,6 +29,7 @@ type process struct {
 	dir  string
 	log  string
 	cred *syscall.Credential // run as this user; nil: as this process's
+	env  []string            // the environment; nil: this process's
 
 	mu   sync.Mutex // protects cmd and done
 	cmd  *exec.Cmd
@@ -51,6 +52,7 @@ func (p *process) start() error {
 	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Dir = p.dir
+	cmd.Env = p.env
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	// Pdeathsig: the kernel kills the server if the test binary dies first.

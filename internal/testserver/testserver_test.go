@@ -357,6 +357,7 @@ func TestMissingBinaryNamesInstallCommand(t *testing.T) {
 	for name, start := range map[string]func() error{
 		"redis":     func() error { _, err := testserver.NewRedis(); return err },
 		"zookeeper": func() error { _, err := testserver.NewZooKeeper(); return err },
+		"etcd":      func() error { _, err := testserver.NewEtcd(); return err },
 	} {
 		err := start()
 		if !errors.Is(err, testserver.ErrMissingBinary) || !strings.Contains(err.Error(), "apt-get install") {

@@ -1,0 +1,316 @@
+package testserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Etcd timing: the members' raft heartbeat and election timeout. etcd's
+// shortest lease is 1.5 election timeouts rounded up to a second, so with
+// these a lease of 1 s is granted as asked (the defaults, 100 ms and 1 s,
+// make it 2 s).
+const (
+	EtcdHeartbeat       = 50 * time.Millisecond
+	EtcdElectionTimeout = 500 * time.Millisecond
+)
+
+// etcdBinary finds Debian's etcd server (package etcd-server, /usr/bin/etcd)
+// or returns an error naming the command that installs it.
+func etcdBinary() (string, error) {
+	if p, err := exec.LookPath("etcd"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%w (etcd not on PATH; apt-get install -y etcd-server)", ErrMissingBinary)
+}
+
+// EtcdNode is one etcd member. Its methods are safe for concurrent use.
+type EtcdNode struct {
+	name       string
+	clientPort int
+	peerPort   int
+	dir        string
+	proc       *process
+}
+
+// Addr returns the member's client address, "127.0.0.1:port", the same
+// across restarts.
+func (n *EtcdNode) Addr() string { return addr(n.clientPort) }
+
+// Name returns the member's name (etcd's --name): "etcd1", "etcd2", ….
+func (n *EtcdNode) Name() string { return n.name }
+
+// PID returns the member's process ID, or 0 before it has started.
+func (n *EtcdNode) PID() int { return n.proc.pid() }
+
+// Running reports whether the member's process is alive (it may be paused).
+func (n *EtcdNode) Running() bool { return n.proc.running() }
+
+// Kill stops the member with SIGKILL and waits until it has exited. Killing
+// a dead member does nothing.
+func (n *EtcdNode) Kill() { n.proc.kill() }
+
+// Pause stops the member with SIGSTOP: its connections stay open, nothing
+// answers, and (in a cluster) it stops heart-beating its peers.
+func (n *EtcdNode) Pause() error { return n.proc.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused member with SIGCONT.
+func (n *EtcdNode) Resume() error { return n.proc.signal(syscall.SIGCONT) }
+
+// Restart kills the member (if alive) and starts it again on the same ports
+// from its data directory (its keys, leases and raft log survive), then
+// waits until it reports itself healthy: in a cluster, that needs a
+// majority of members alive.
+func (n *EtcdNode) Restart() error {
+	n.Kill()
+	return n.start()
+}
+
+// Start starts a killed member again from its data directory (see
+// Restart); it does nothing if the member runs.
+func (n *EtcdNode) Start() error {
+	if n.proc.running() {
+		return nil
+	}
+	return n.start()
+}
+
+func (n *EtcdNode) start() error {
+	if err := n.proc.start(); err != nil {
+		return err
+	}
+	return waitFor(n.proc, 30*time.Second, n.healthy)
+}
+
+// healthy asks the member's /health endpoint, which answers
+// {"health":"true"} once the member has a leader and serves requests.
+func (n *EtcdNode) healthy() error {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + n.Addr() + "/health")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return err
+	}
+	var h struct{ Health string }
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("/health: %q: %w", b, err)
+	}
+	if h.Health != "true" {
+		return fmt.Errorf("/health: %s", strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// Healthy reports nil once the member serves requests (it has a leader),
+// or the reason it does not.
+func (n *EtcdNode) Healthy() error { return n.healthy() }
+
+// Etcd is a single etcd member, or a cluster of members, on loopback. The
+// tests start it themselves: never the etcd service that Debian's package
+// installs. Its methods are safe for concurrent use.
+type Etcd struct {
+	nodes []*EtcdNode
+}
+
+// NewEtcd starts one etcd member on free loopback ports in a new temporary
+// directory and waits until it is healthy. The caller must Close it.
+func NewEtcd() (*Etcd, error) { return newEtcd(1) }
+
+// NewEtcdCluster starts n (odd, ≥ 3) members that form one cluster, and
+// waits until each is healthy. The caller must Close it.
+func NewEtcdCluster(n int) (*Etcd, error) {
+	if n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("testserver: etcd cluster size %d: need an odd number ≥ 3", n)
+	}
+	return newEtcd(n)
+}
+
+// StartEtcd is NewEtcd for tests.
+func StartEtcd(tb testing.TB) *Etcd {
+	tb.Helper()
+	e, err := NewEtcd()
+	return must(tb, e, err)
+}
+
+// StartEtcdCluster is NewEtcdCluster for tests.
+func StartEtcdCluster(tb testing.TB, n int) *Etcd {
+	tb.Helper()
+	e, err := NewEtcdCluster(n)
+	return must(tb, e, err)
+}
+
+// newEtcd starts the members, again on fresh ports if one exits during
+// start-up (a port taken meanwhile by another test package's server).
+func newEtcd(n int) (*Etcd, error) {
+	for attempt := 0; ; attempt++ {
+		e, err := newEtcdOnce(n)
+		if err == nil {
+			return e, nil
+		}
+		if attempt == 4 || !errors.Is(err, errExited) {
+			return nil, err
+		}
+		if e != nil {
+			for _, node := range e.nodes {
+				os.RemoveAll(node.dir)
+			}
+		}
+	}
+}
+
+// newEtcdOnce starts the members once. When one does not start it returns
+// the error and the closed cluster, whose directories keep their logs.
+func newEtcdOnce(n int) (*Etcd, error) {
+	bin, err := etcdBinary()
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, 2*n) // client, peer port per member
+	seen := map[int]bool{}
+	for i := range ports {
+		for {
+			p, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			if !seen[p] {
+				seen[p] = true
+				ports[i] = p
+				break
+			}
+		}
+	}
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("etcd%d=http://%s", i+1, addr(ports[2*i+1])))
+	}
+	// The member's own flags only: an ETCD_* variable in the environment
+	// would set a flag too (etcd reads them), as Debian's /etc/default/etcd
+	// does for its service.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD") {
+			env = append(env, kv)
+		}
+	}
+	token := fmt.Sprintf("coordkit-%d-%d", os.Getpid(), time.Now().UnixNano())
+	e := &Etcd{}
+	for i := range n {
+		dir, err := tempDir("etcd")
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		node := &EtcdNode{name: fmt.Sprintf("etcd%d", i+1), clientPort: ports[2*i], peerPort: ports[2*i+1], dir: dir}
+		e.nodes = append(e.nodes, node)
+		client, peer := "http://"+node.Addr(), "http://"+addr(node.peerPort)
+		node.proc = &process{
+			name: fmt.Sprintf("etcd %s :%d", node.name, node.clientPort), bin: bin, dir: dir, env: env,
+			log: filepath.Join(dir, "etcd.log"),
+			args: []string{
+				"--name", node.name,
+				"--data-dir", filepath.Join(dir, "data"),
+				"--listen-client-urls", client, "--advertise-client-urls", client,
+				"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+				"--initial-cluster", strings.Join(initial, ","),
+				"--initial-cluster-state", "new", "--initial-cluster-token", token,
+				"--heartbeat-interval", strconv.Itoa(int(EtcdHeartbeat.Milliseconds())),
+				"--election-timeout", strconv.Itoa(int(EtcdElectionTimeout.Milliseconds())),
+				"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+				"--enable-v2=false", "--enable-pprof=false",
+			},
+		}
+	}
+	// Start every member first, then wait: a member of a cluster is
+	// healthy only once a quorum is up.
+	for _, node := range e.nodes {
+		if err := node.proc.start(); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	for _, node := range e.nodes {
+		if err := waitFor(node.proc, 30*time.Second, node.healthy); err != nil {
+			e.close(true)
+			return e, err
+		}
+	}
+	return e, nil
+}
+
+// Nodes returns the members (one when single).
+func (e *Etcd) Nodes() []*EtcdNode { return e.nodes }
+
+// Endpoints returns every member's client address, for clientv3.Config.
+func (e *Etcd) Endpoints() []string {
+	s := make([]string, len(e.nodes))
+	for i, n := range e.nodes {
+		s[i] = n.Addr()
+	}
+	return s
+}
+
+// Proxies starts a Proxy in front of each member and returns them, in the
+// order of Nodes; their Addr are the endpoints of a client that a test
+// partitions. They are closed when the test ends.
+func (e *Etcd) Proxies(tb testing.TB) []*Proxy {
+	tb.Helper()
+	ps := make([]*Proxy, len(e.nodes))
+	for i, n := range e.nodes {
+		ps[i] = StartProxy(tb, n.Addr())
+	}
+	return ps
+}
+
+// WaitHealthy waits until every running member is healthy, or ctx ends.
+func (e *Etcd) WaitHealthy(ctx context.Context) error {
+	for {
+		var bad error
+		for _, n := range e.nodes {
+			if !n.Running() {
+				continue
+			}
+			if err := n.healthy(); err != nil {
+				bad = fmt.Errorf("testserver: %s: %w", n.name, err)
+				break
+			}
+		}
+		if bad == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(bad, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Close kills every member and removes its directory. It is idempotent.
+func (e *Etcd) Close() { e.close(false) }
+
+func (e *Etcd) close(keepLogs bool) {
+	for _, n := range e.nodes {
+		n.proc.kill()
+		if keepLogs {
+			removeKeepingLogs(n.dir)
+		} else {
+			os.RemoveAll(n.dir)
+		}
+	}
+}
