@@ -1,7 +1,7 @@
 # coordkit: `make test` installs the servers (if missing) and the pinned Go
 # tools (staticcheck, gotestsum: scripts/tools.sh, into bin/), vets every
 # module (go vet and staticcheck), runs every test with the race detector
-# against real Redis, ZooKeeper, MariaDB and PostgreSQL, then the chaos
+# against real Redis, ZooKeeper, MariaDB, PostgreSQL and etcd, then the chaos
 # checker's short profile (chaos/, a module of its own).
 
 GO ?= go
@@ -17,8 +17,9 @@ tools:
 # go vet and staticcheck in every module make test tests: the root module
 # (the library), cmd/coordctl and examples/ (modules of their own: they need
 # more than the library's dependencies, client_golang and SQL drivers),
-# contrib/* and chaos (with and without its chaosbroken tag); the list is
-# scripts/vet.sh's, and scripts/vet.sh DIR... vets others.
+# etcd/ (the etcd backend, whose client brings gRPC), contrib/* and chaos
+# (with and without its chaosbroken tag); the list is scripts/vet.sh's, and
+# scripts/vet.sh DIR... vets others.
 vet:
 	GO=$(GO) ./scripts/vet.sh
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make test's steps after deps: go vet and staticcheck over every module
 # (vet.sh), every package's tests with the race detector (the root module,
-# then cmd/coordctl and examples/, modules of their own, each adapter in
-# contrib/, and the chaos checker's own), and the
+# then cmd/coordctl, examples/ and the etcd backend (etcd/), modules of
+# their own, each adapter in contrib/, and the chaos checker's own), and the
 # chaos checker's short profile. Each step runs even when an earlier one
 # failed. While the tests run, gotestsum (pinned in tools.sh) prints a line
 # per package as it ends, numbered against the packages to test;
@@ -165,10 +165,10 @@ collect() {
 }
 
 # others: the modules of their own, in turn: the CLI and the example
-# programs, the adapters, the chaos checker's tests.
+# programs, the etcd backend, the adapters, the chaos checker's tests.
 others() {
 	local m rc=0
-	for m in cmd/coordctl examples contrib/*/ chaos; do
+	for m in cmd/coordctl examples etcd contrib/*/ chaos; do
 		m=${m%/}
 		echo "-- $m"
 		gotest "$m" || rc=1
@@ -185,7 +185,7 @@ beside chaos-short chaos_short
 step packages gotest . ${PKGS:-}
 collect vet
 collect modules
-for m in cmd/coordctl examples contrib/*/ chaos; do
+for m in cmd/coordctl examples etcd contrib/*/ chaos; do
 	[ -z "${bg_pid[modules]:-}" ] || tally "${m%/}" "$(gojson "${m%/}")"
 done
 collect chaos-short

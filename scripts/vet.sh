@@ -2,8 +2,8 @@
 # go vet and staticcheck (pinned in tools.sh) over every package of each
 # module given as DIR or DIR:TAGS (build tags, comma-separated), by default
 # every module make test tests: the root module (the library), cmd/coordctl
-# and examples/, the adapters (contrib/*), the chaos checker, and chaos
-# built with its chaosbroken tag. bench/ (make
+# and examples/, the etcd backend (etcd/), the adapters (contrib/*), the
+# chaos checker, and chaos built with its chaosbroken tag. bench/ (make
 # bench's peers) is not part of make test and not vetted here. Every module
 # is vetted even when one fails; the exit status is non-zero if any did.
 set -uo pipefail
@@ -13,7 +13,7 @@ GO=${GO:-go}
 staticcheck=$PWD/bin/staticcheck
 
 if [ $# -eq 0 ]; then
-	set -- . cmd/coordctl examples contrib/*/ chaos chaos:chaosbroken
+	set -- . cmd/coordctl examples etcd contrib/*/ chaos chaos:chaosbroken
 fi
 status=0
 for m in "$@"; do

@@ -1,7 +1,9 @@
 // Package modgraph_test holds the root module's dependencies to what
 // DESIGN.md promises users who import only the library packages: they
 // build with go-redis, go-zookeeper and uuid (and what those require), never
-// with a SQL driver or a metrics library. The drivers and goleak that the
+// with a SQL driver or a metrics library; and the root module's whole graph
+// (its tests' requirements included) holds no etcd client, gRPC or
+// protobuf, which the etcd backend (etcd/, a module of its own) brings. The drivers and goleak that the
 // root go.mod also requires are for its tests; coordctl and the examples,
 // which need more, are modules of their own (cmd/coordctl, examples).
 package modgraph_test
@@ -61,7 +63,7 @@ func libraryPackages(t *testing.T) []string {
 	t.Helper()
 	var lib []string
 	for _, p := range strings.Fields(goCmd(t, "list", "./...")) {
-		for _, own := range []string{"/cmd/", "/examples/", "/bench/", "/chaos/", "/contrib/"} {
+		for _, own := range []string{"/cmd/", "/examples/", "/bench/", "/chaos/", "/contrib/", "/etcd/"} {
 			if strings.Contains(p+"/", own) {
 				t.Errorf("%s is a package of the root module: it must be in a module of its own", p)
 			}
@@ -189,4 +191,32 @@ func TestRootRequiresForTestsOnly(t *testing.T) {
 		}
 	}
 	t.Logf("required for tests only: %v", extra)
+}
+
+// graphForbidden are module path prefixes that no module of the root
+// module's graph may have, tests' requirements included: etcd's client and
+// what it drags, which live in the etcd module (etcd/) only. A user who
+// requires github.com/coordkit/coordkit must not download them.
+var graphForbidden = []string{"go.etcd.io/", "google.golang.org/grpc", "google.golang.org/protobuf"}
+
+// TestRootGraphFreeOfEtcd: go mod graph of the root module names no module
+// of graphForbidden, as a requirement of the root module or of any module
+// it requires.
+func TestRootGraphFreeOfEtcd(t *testing.T) {
+	var mods int
+	for _, line := range strings.Split(goCmd(t, "mod", "graph"), "\n") {
+		from, to, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		mods++
+		for _, f := range graphForbidden {
+			if strings.HasPrefix(to, f) {
+				t.Errorf("the root module's graph holds %s (required by %s): it belongs in the etcd module", to, from)
+			}
+		}
+	}
+	if mods == 0 {
+		t.Fatal("go mod graph listed no requirement")
+	}
 }

@@ -1,0 +1,300 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordkit/coordkit/internal/lockopt"
+	"github.com/coordkit/coordkit/lock"
+)
+
+// errRestart tells acquire that its hold key went with its lease: it starts
+// again on a new one.
+var errRestart = errors.New("etcdlock: hold key gone with its lease")
+
+// Obtain blocks until key is held by ctx's owner, ctx ends (then the error
+// matches lock.ErrNotObtained and ctx.Err()), or the Client is closed
+// (ErrClosed). If ctx carries an owner (lock.WithOwner) that holds key on
+// this Client, it re-enters and returns a lease with the same token. The
+// options of package lock do not apply, but a lock.WithTTL(d ≤ 0) returns
+// ErrInvalidTTL: the Client's lease has one TTL for all its holds (WithTTL).
+// An invalid key returns ErrInvalidKey. When Obtain returns an error, the
+// attempt has left no key behind (see the package documentation for the
+// one exception).
+func (c *Client) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	return c.obtain(ctx, key, opts, true)
+}
+
+// TryObtain is Obtain without waiting: lock.ErrNotObtained if another owner
+// holds key, or this Client's other owner holds or waits for it.
+func (c *Client) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	return c.obtain(ctx, key, opts, false)
+}
+
+func validKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen || strings.Contains(key, "/") {
+		return ErrInvalidKey
+	}
+	return nil
+}
+
+func (c *Client) obtain(ctx context.Context, key string, opts []lock.Option, block bool) (lock.Lease, error) {
+	if err := validKey(key); err != nil {
+		return nil, err
+	}
+	if o := lockopt.Apply(opts); o.TTL < 0 {
+		return nil, ErrInvalidTTL
+	}
+	owner, hasOwner := lock.OwnerFrom(ctx)
+	hk := ownedKey{owner: owner, key: key}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if h := c.owned[hk]; hasOwner && h != nil && !h.isLost && c.checkLocked(h.gen) {
+		h.count++
+		c.mu.Unlock()
+		return &Lease{c: c, h: h}, nil
+	}
+	c.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, notObtained(ctx)
+	}
+	if err := c.enter(ctx, key, block); err != nil {
+		return nil, err
+	}
+	h, reaping, err := c.acquire(ctx, key, owner, block)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && c.closed {
+		// Close revoked (or is revoking) the lease, and the key with it.
+		err = ErrClosed
+	}
+	if err != nil {
+		if !reaping {
+			c.leaveLocked(key)
+		}
+		return nil, err
+	}
+	h.inSlot = true
+	h.count = 1
+	h.gen.holds[h] = struct{}{}
+	if hasOwner && c.owned[hk] == nil {
+		h.hk, h.owned = hk, true
+		c.owned[hk] = h
+	}
+	return &Lease{c: c, h: h}, nil
+}
+
+// acquire queues a hold key for key on the Client's lease and, if block,
+// waits until it is the first (the lowest create revision) under the key's
+// prefix. It returns the hold, with its generation and token set. When
+// the creation's outcome is unknown, it returns reaping: the hold key is
+// being deleted in the background, which gives the key's slot back when
+// done, so that no later attempt of this Client makes the same key
+// meanwhile.
+func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h *hold, reaping bool, err error) {
+	pfx := c.prefix + "/" + key + "/"
+	pause := 20 * time.Millisecond
+	for {
+		g, err := c.lease(ctx)
+		if err != nil {
+			if !block || ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return nil, false, err
+			}
+			if err := c.sleep(ctx, &pause); err != nil {
+				return nil, false, err
+			}
+			continue
+		}
+		path := fmt.Sprintf("%s%x", pfx, int64(g.id))
+		rev, first, err := c.create(ctx, pfx, path, owner, g)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			// The server revoked or expired the lease: no hold is
+			// granted on it (the put in the transaction is refused).
+			c.kill(g, fmt.Errorf("%w: the server no longer has lease %x", ErrLeaseLost, int64(g.id)))
+			continue
+		case errors.Is(err, errUnknown):
+			// The creation's outcome is unknown: delete what it may have
+			// made before the slot is free for this Client's next try.
+			c.reapThen(path, func() {
+				c.mu.Lock()
+				c.leaveLocked(key)
+				c.mu.Unlock()
+			})
+			if ctx.Err() != nil {
+				return nil, true, notObtained(ctx)
+			}
+			return nil, true, err
+		case err != nil:
+			return nil, false, err
+		}
+		if ctx.Err() != nil {
+			c.abandon(path, rev)
+			return nil, false, notObtained(ctx)
+		}
+		if first {
+			return &hold{key: key, path: path, token: rev, gen: g, lost: make(chan struct{})}, false, nil
+		}
+		if !block {
+			c.abandon(path, rev)
+			return nil, false, lock.ErrNotObtained
+		}
+		err = c.await(ctx, pfx, path, rev, g)
+		switch {
+		case err == nil:
+			return &hold{key: key, path: path, token: rev, gen: g, lost: make(chan struct{})}, false, nil
+		case errors.Is(err, errRestart):
+			continue
+		default:
+			c.abandon(path, rev)
+			return nil, false, err
+		}
+	}
+}
+
+// errUnknown marks a creation whose outcome is unknown (no answer).
+var errUnknown = errors.New("etcdlock: no answer to the hold key's creation")
+
+// create makes the hold key path on g's lease, with owner as its value,
+// if it does not exist, and reads the first hold key under pfx: one
+// transaction, one round trip. It runs detached from ctx (bounded by
+// opTimeout), so that its outcome is known when ctx ends meanwhile. A
+// leftover path (a deletion that failed) is deleted and created anew, so
+// that every acquisition has a new create revision.
+func (c *Client) create(ctx context.Context, pfx, path, owner string, g *generation) (rev int64, first bool, err error) {
+	for {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		resp, err := c.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
+			Then(clientv3.OpPut(path, owner, clientv3.WithLease(g.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(path)).
+			Commit()
+		cancel()
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return 0, false, err
+		case err != nil:
+			return 0, false, fmt.Errorf("%w: %w", errUnknown, err)
+		}
+		if !resp.Succeeded {
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			if len(kvs) > 0 {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+				err := c.deleteHold(dctx, path, kvs[0].CreateRevision)
+				cancel()
+				if err != nil && err != lock.ErrNotHeld {
+					return 0, false, fmt.Errorf("etcdlock: delete leftover hold key %s: %w", path, err)
+				}
+			}
+			continue
+		}
+		rev = resp.Header.Revision
+		kvs := resp.Responses[1].GetResponseRange().Kvs
+		return rev, len(kvs) > 0 && kvs[0].CreateRevision == rev, nil
+	}
+}
+
+// await waits until the hold key path (create revision rev) is the first
+// under pfx. It watches only its predecessor, the key with the highest
+// create revision below rev, for its deletion, and then looks again: a
+// release wakes one waiter (no herd). It returns errRestart if path is
+// gone (its lease with it), the error of ctx's end, or ErrClosed.
+func (c *Client) await(ctx context.Context, pfx, path string, rev int64, g *generation) error {
+	pause := 20 * time.Millisecond
+	for {
+		opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+		resp, err := c.cli.Txn(ctx).Then(clientv3.OpGet(pfx, opts...), clientv3.OpGet(path)).Commit()
+		if err != nil {
+			if ctx.Err() != nil {
+				return notObtained(ctx)
+			}
+			if err := c.sleep(ctx, &pause); err != nil {
+				return err
+			}
+			continue
+		}
+		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
+			return errRestart
+		}
+		preds := resp.Responses[0].GetResponseRange().Kvs
+		if len(preds) == 0 {
+			c.mu.Lock()
+			alive := c.checkLocked(g)
+			c.mu.Unlock()
+			if !alive {
+				return errRestart
+			}
+			return nil
+		}
+		if err := c.watchDeletion(ctx, string(preds[0].Key), resp.Header.Revision+1, g); err != nil {
+			return err
+		}
+	}
+}
+
+// watchDeletion waits until key is deleted after revision from (or the
+// watch fails: the caller looks again), ctx ends, g is lost (errRestart),
+// or the Client is closed.
+func (c *Client) watchDeletion(ctx context.Context, key string, from int64, g *generation) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				if ctx.Err() != nil {
+					return notObtained(ctx)
+				}
+				return nil // look again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		case <-ctx.Done():
+			return notObtained(ctx)
+		case <-g.dead:
+			return errRestart
+		case <-c.life.Done():
+			return ErrClosed
+		}
+	}
+}
+
+// abandon deletes the hold key of an attempt given up, before Obtain
+// returns; if that fails, in the background.
+func (c *Client) abandon(path string, rev int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := c.deleteHold(ctx, path, rev); err != nil && err != lock.ErrNotHeld {
+		c.reap(path, rev)
+	}
+}
+
+// sleep waits *pause (doubled for the next time, up to a second), or until
+// ctx ends or the Client is closed.
+func (c *Client) sleep(ctx context.Context, pause *time.Duration) error {
+	t := time.NewTimer(*pause)
+	defer t.Stop()
+	*pause = min(2**pause, time.Second)
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return notObtained(ctx)
+	case <-c.life.Done():
+		return ErrClosed
+	}
+}

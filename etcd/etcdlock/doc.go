@@ -1,0 +1,133 @@
+// Package etcdlock is a lock on etcd: a fair (FIFO) mutual exclusion lock
+// whose holds live as long as the Client's etcd lease, with the hold key's
+// create revision as the fencing token. *Client implements lock.Locker, so
+// lock.Do works with it.
+//
+// Give New an etcd client (go.etcd.io/etcd/client/v3):
+//
+//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"etcd1:2379"}})
+//	if err != nil {
+//		return err
+//	}
+//	defer cli.Close()
+//	locker, err := etcdlock.New(cli, etcdlock.WithTTL(10*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	defer locker.Close()
+//	err = lock.Do(ctx, locker, "batch-7", func(ctx context.Context) error {
+//		return withdraw(ctx, "batch-7", 1) // ctx is cancelled when the lease is lost
+//	})
+//
+// The options: WithTTL (the lease's TTL T, default DefaultTTL, 10 s),
+// WithPrefix (the keys' prefix, DefaultPrefix) and WithLogger. This package
+// is the module github.com/coordkit/coordkit/etcd, of its own, so that
+// etcd's client (gRPC, protobuf) stays out of the module graph of users of
+// the other backends. It runs on etcd 3.4 and later: it uses transactions,
+// range requests bounded by create revision, watches from a revision and
+// leases (Grant, KeepAlive, Revoke, TimeToLive), all in etcd's v3 API since
+// 3.0 and 3.1.
+//
+// # Guarantees
+//
+// The lock is held while the holder's hold key exists and is the first
+// under the key's prefix: until Release, until the Client's lease ends
+// (expired, revoked, or Close), or until an operator deletes it
+// (ForceRelease). Waiters are served in the order of their keys' create
+// revisions (FIFO across Clients). Every new acquisition of a key has a
+// larger fencing token: the hold key's create revision, which etcd's
+// revision counter gives in the order of the cluster's writes, across
+// leader changes; re-entry returns the same token.
+//
+// A hold is never granted on a lease the server no longer has (the lock of
+// etcd's own v3lock API did, Jepsen, etcd 3.4.3, etcd#11456): the hold key
+// is created by a transaction whose put carries the lease, and etcd refuses
+// the whole transaction when the lease is gone ("lease not found"); the
+// Client then takes the lease as lost, reports its holds lost, and starts
+// again on a new lease.
+//
+// A holder is told of the loss (Lost closes; lock.Do's ctx is cancelled
+// with a cause matching lock.ErrLockLost and ErrLeaseLost) before the
+// server can expire the lease and give the lock to another Client: the
+// Client sends a keep-alive every T/6 and takes the lease as alive until
+// the send time of the last keep-alive the server answered plus 2T/3; the
+// server (its leader, which a follower forwards keep-alives to) renews the
+// lease on receipt, no earlier than that send, for T. The loss comes T/3
+// before the earliest expiry. A follower cut off from its leader cannot
+// renew (it forwards to the leader), so its answers count for nothing it
+// did not do. Nothing else the Client receives counts: not watch events,
+// not gRPC's pings. When the server refuses a keep-alive (the lease was
+// revoked, or expired) the holds are lost at once.
+//
+// So two holders overlap only under these faults: the holder's clock and
+// the leader's run at rates so different that they eat the margin (T/3);
+// the holder process is paused (GC, SIGSTOP) past the loss, so that it
+// acts after Lost closed; an operator deletes the hold key (ForceRelease),
+// which the holder learns of only at Release (lock.ErrNotHeld).
+//
+// Lost is a promise about when the holder is told, not about when it stops:
+// the holder's work must watch ctx (lock.Do) and pass the token to the
+// resource, which must refuse tokens older than one it has seen.
+//
+// # Algorithm
+//
+// One etcd lease per Client, granted on first use with WithTTL's TTL (the
+// server may grant a longer one: its shortest is 1.5 election timeouts,
+// rounded up to seconds; the Client runs on what it granted), and kept
+// alive by the Client itself: a keep-alive (LeaseKeepAlive, once) every
+// T/6, whose send time it knows; etcd client's KeepAlive channel does not
+// say when the answered request was sent, and a late answer must not
+// stretch the window. When the lease is lost every hold on it is lost; the
+// Client revokes it (the server may still keep it when the Client only lost
+// touch) and grants a new one for the next Obtain.
+//
+// Obtain, with the lease L (hex) and the owner o in ctx (lock.WithOwner;
+// empty without one):
+//
+//  1. One transaction: if the hold key "<prefix>/<key>/<L>" has no create
+//     revision, put it with value o and lease L, and read the first key
+//     under "<prefix>/<key>/" by create revision. The transaction's revision
+//     is the new key's create revision r, the token. If the first key is
+//     the new one, the lock is held: an uncontended Obtain + Release is two
+//     round trips (the lease's grant aside). A leftover hold key of the
+//     same lease (a failed deletion) is deleted and the key made anew.
+//  2. Otherwise, one transaction reads the last key under the prefix with a
+//     create revision below r (its predecessor), and the hold key itself.
+//     If the hold key is gone (its lease with it), Obtain starts again on a
+//     new lease. With no predecessor, the lock is held. Else it watches the
+//     predecessor only, from the read's revision, for its deletion (a
+//     release wakes exactly one waiter: no herd), and goes back to 2.
+//
+// Re-entry is by owner, within one Client: the Client counts the levels of
+// each (owner, key) hold in process, and only the outermost Release
+// deletes the hold key (one transaction, conditional on its create
+// revision). Since a Client has one hold key per key, its owners take turns
+// for a key in process (a channel per key) before one of them queues in
+// etcd; TryObtain returns lock.ErrNotObtained when another owner of the same
+// Client holds or waits for the key.
+//
+// The hold key's creation runs detached from ctx (bounded by 5 s), so that
+// its outcome is known: when ctx ends meanwhile, or while waiting, the
+// attempt deletes its key before Obtain returns. The one exception: when
+// the creation gets no answer at all, Obtain returns with the Client
+// deleting the key in the background (until it is gone, or the Client is
+// closed), and this Client's next attempt on the key waits for that; a
+// creation the server applies after that deletion would leave a key that
+// holds or queues until the lease ends (Close, or loss).
+//
+// # Schema
+//
+//	<prefix>/<key>/<lease hex>   value: the owner (or ""), lease: the Client's; one per Client and key
+//
+// Keys may not be empty, hold '/', or be longer than MaxKeyLen bytes
+// (ErrInvalidKey): a '/' would put one key's holds under another's prefix.
+//
+// # When not to use it
+//
+// Every acquisition is an etcd write (a raft round and an fsync), so it is
+// not for thousands of acquisitions per second on one key. A TTL lock on
+// Redis (package lock) is cheaper to run where etcd is not in place
+// already. lock.WithTTL, WithMaxHold and WithRetry do not apply: the lease
+// has one TTL for all holds of a Client (lock.WithTTL(d ≤ 0) is still
+// refused with ErrInvalidTTL).
+package etcdlock

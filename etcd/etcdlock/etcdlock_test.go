@@ -1,0 +1,390 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordkit/coordkit/etcd/etcdlock"
+	"github.com/coordkit/coordkit/lock"
+)
+
+func TestBadInput(t *testing.T) {
+	if _, err := etcdlock.New(nil); !errors.Is(err, etcdlock.ErrNilClient) || !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("New(nil): %v, want ErrNilClient and lock.ErrInvalid", err)
+	}
+	cli := dial(t, server.Endpoints()...)
+	for _, tc := range []struct {
+		name string
+		opt  etcdlock.Option
+		want error
+	}{
+		{"empty prefix", etcdlock.WithPrefix(""), etcdlock.ErrInvalidPrefix},
+		{"prefix ending with /", etcdlock.WithPrefix("/a/"), etcdlock.ErrInvalidPrefix},
+		{"zero TTL", etcdlock.WithTTL(0), etcdlock.ErrInvalidTTL},
+		{"negative TTL", etcdlock.WithTTL(-time.Second), etcdlock.ErrInvalidTTL},
+		{"TTL under a second", etcdlock.WithTTL(999 * time.Millisecond), etcdlock.ErrInvalidTTL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := etcdlock.New(cli, tc.opt); !errors.Is(err, tc.want) || !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("New: %v, want %v and lock.ErrInvalid", err, tc.want)
+			}
+		})
+	}
+	c := newClient(t, cli)
+	ctx := ctxFor(t, 10*time.Second)
+	for _, tc := range []struct {
+		name, key string
+		opts      []lock.Option
+		want      error
+	}{
+		{"empty key", "", nil, etcdlock.ErrInvalidKey},
+		{"key with the separator", "a/b", nil, etcdlock.ErrInvalidKey},
+		{"key too long", strings.Repeat("k", etcdlock.MaxKeyLen+1), nil, etcdlock.ErrInvalidKey},
+		{"zero TTL", "k", []lock.Option{lock.WithTTL(0)}, etcdlock.ErrInvalidTTL},
+		{"negative TTL", "k", []lock.Option{lock.WithTTL(-time.Second)}, etcdlock.ErrInvalidTTL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, try := range []bool{false, true} {
+				var err error
+				if try {
+					_, err = c.TryObtain(ctx, tc.key, tc.opts...)
+				} else {
+					_, err = c.Obtain(ctx, tc.key, tc.opts...)
+				}
+				if !errors.Is(err, tc.want) || !errors.Is(err, lock.ErrInvalid) {
+					t.Errorf("try=%v: %v, want %v and lock.ErrInvalid", try, err, tc.want)
+				}
+			}
+		})
+	}
+	for name, f := range map[string]func() error{
+		"Holder":       func() error { _, _, err := c.Holder(ctx, ""); return err },
+		"Inspect":      func() error { _, err := c.Inspect(ctx, "x/y"); return err },
+		"ForceRelease": func() error { _, err := c.ForceRelease(ctx, ""); return err },
+	} {
+		if err := f(); !errors.Is(err, etcdlock.ErrInvalidKey) {
+			t.Errorf("%s with a bad key: %v, want ErrInvalidKey", name, err)
+		}
+	}
+}
+
+// TestExclusion: goroutines on three Clients (several goroutines per
+// Client, each with its own owner) increment a counter kept in etcd with a
+// read and a separate write inside lock.Do: it must end exact, no two
+// sections may overlap, and the tokens, in the order of the sections,
+// strictly grow.
+func TestExclusion(t *testing.T) {
+	const clients, goroutines, rounds = 3, 12, 5
+	key := "counter"
+	var cs []*etcdlock.Client
+	var clis []*clientv3.Client
+	for range clients {
+		cli := dial(t, server.Endpoints()...)
+		clis = append(clis, cli)
+		cs = append(cs, newClient(t, cli))
+	}
+	counter := prefix(t) + "-counter"
+	ctx := ctxFor(t, 60*time.Second)
+	if _, err := clis[0].Put(ctx, counter, "0"); err != nil {
+		t.Fatal(err)
+	}
+	var inside, overlaps atomic.Int32
+	var mu sync.Mutex // protects tokens
+	var tokens []int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cli, c := clis[g%clients], cs[g%clients]
+			for range rounds {
+				err := lock.Do(ctx, c, key, func(ctx context.Context) error {
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					defer inside.Add(-1)
+					resp, err := cli.Get(ctx, counter)
+					if err != nil {
+						return err
+					}
+					n, err := strconv.Atoi(string(resp.Kvs[0].Value))
+					if err != nil {
+						return err
+					}
+					if _, err := cli.Put(ctx, counter, strconv.Itoa(n+1)); err != nil {
+						return err
+					}
+					owner, token, err := c.Holder(ctx, key)
+					if err != nil {
+						return err
+					}
+					if o, _ := lock.OwnerFrom(ctx); owner != o {
+						return fmt.Errorf("Holder inside the section: %q, want %q", owner, o)
+					}
+					mu.Lock()
+					tokens = append(tokens, token)
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	resp, err := clis[0].Get(ctx, counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(resp.Kvs[0].Value), strconv.Itoa(goroutines*rounds); got != want {
+		t.Fatalf("counter = %s, want %s (updates lost)", got, want)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d overlapping critical sections", n)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d of section %d not above %d of the one before", tokens[i], i, tokens[i-1])
+		}
+	}
+	if ks := holdKeys(t, clis[0], key); len(ks) != 0 {
+		t.Fatalf("hold keys left: %v", ks)
+	}
+}
+
+// TestReentry: an owner re-enters with the same token; releasing the inner
+// level keeps the hold, the outer one frees it.
+func TestReentry(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	c, other := newClient(t, cli), newClient(t, cli)
+	ctx := ctxFor(t, 10*time.Second)
+	key := "reentry"
+	octx := lock.WithOwner(ctx, "alice")
+	outer := obtain(t, c, octx, key)
+	inner, err := c.TryObtain(octx, key)
+	if err != nil {
+		t.Fatalf("re-entry: %v", err)
+	}
+	if inner.Token() != outer.Token() {
+		t.Fatalf("re-entry token %d, want the outer %d", inner.Token(), outer.Token())
+	}
+	// Another owner, on this Client and on another one, is refused.
+	if _, err := c.TryObtain(lock.WithOwner(ctx, "bob"), key); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryObtain by another owner on the same Client: %v, want lock.ErrNotObtained", err)
+	}
+	release(t, inner)
+	if _, err := other.TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("after the inner release: %v, want lock.ErrNotObtained (the hold stays)", err)
+	}
+	if owner, token, err := c.Holder(ctx, key); err != nil || owner != "alice" || token != outer.Token() {
+		t.Fatalf("Holder after the inner release = %q, %d, %v", owner, token, err)
+	}
+	release(t, outer)
+	if err := inner.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("second Release of a level: %v, want lock.ErrNotHeld", err)
+	}
+	l := obtain(t, other, ctx, key)
+	if l.Token() <= outer.Token() {
+		t.Fatalf("next holder's token %d not above %d", l.Token(), outer.Token())
+	}
+	release(t, l)
+}
+
+// TestWaiterWakes: a waiter holds as soon as the holder releases, with a
+// larger token, and only one of several waiters does at a time, in order.
+func TestWaiterWakes(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	holder := newClient(t, cli)
+	ctx := ctxFor(t, 20*time.Second)
+	key := "wake"
+	first := obtain(t, holder, ctx, key)
+	const waiters = 3
+	var chs []<-chan result
+	for range waiters {
+		chs = append(chs, obtainAsync(ctx, newClient(t, dial(t, server.Endpoints()...)), key))
+		// Queue in a known order: each waiter's key is made before the next starts.
+		for deadline := time.Now().Add(5 * time.Second); len(holdKeys(t, cli, key)) < len(chs)+1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("waiter's hold key not made in 5 s")
+			}
+		}
+	}
+	select {
+	case r := <-chs[0]:
+		t.Fatalf("a waiter got a held lock: %v", r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	prev := first.Token()
+	released := time.Now()
+	release(t, first)
+	for i, ch := range chs {
+		r := await(t, ch, 5*time.Second)
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", i, r.err)
+		}
+		if i == 0 {
+			t.Logf("first waiter held %v after the release", r.at.Sub(released).Round(time.Millisecond))
+		}
+		if r.lease.Token() <= prev {
+			t.Fatalf("waiter %d's token %d not above %d", i, r.lease.Token(), prev)
+		}
+		for _, other := range chs[i+1:] {
+			select {
+			case r := <-other:
+				t.Fatalf("two holders: a later waiter got the lock too (%v)", r.err)
+			default:
+			}
+		}
+		prev = r.lease.Token()
+		release(t, r.lease)
+	}
+}
+
+func TestTryObtainHeld(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	a, b := newClient(t, cli), newClient(t, cli)
+	ctx := ctxFor(t, 10*time.Second)
+	key := "try"
+	l := obtain(t, a, ctx, key)
+	if _, err := b.TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryObtain of a held key: %v, want lock.ErrNotObtained", err)
+	}
+	if ks := holdKeys(t, cli, key); len(ks) != 1 {
+		t.Fatalf("hold keys after a refused TryObtain: %v, want the holder's only", ks)
+	}
+	release(t, l)
+	l2, err := b.TryObtain(ctx, key)
+	if err != nil {
+		t.Fatalf("TryObtain of a free key: %v", err)
+	}
+	release(t, l2)
+}
+
+// TestCancelledObtainLeavesNoKey: a waiter whose ctx ends returns
+// lock.ErrNotObtained with ctx's error, and its hold key is gone when
+// Obtain returns.
+func TestCancelledObtainLeavesNoKey(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	a, b := newClient(t, cli), newClient(t, cli)
+	ctx := ctxFor(t, 10*time.Second)
+	key := "cancel"
+	l := obtain(t, a, ctx, key)
+	defer release(t, l)
+	for _, d := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 200 * time.Millisecond} {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		_, err := b.Obtain(wctx, key)
+		cancel()
+		if !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Obtain until a %v deadline: %v, want lock.ErrNotObtained and context.DeadlineExceeded", d, err)
+		}
+		if ks := holdKeys(t, cli, key); len(ks) != 1 {
+			t.Fatalf("hold keys after a cancelled Obtain (%v): %v, want the holder's only", d, ks)
+		}
+	}
+	// A cancel while waiting, not a deadline.
+	wctx, cancel := context.WithCancel(ctx)
+	ch := obtainAsync(wctx, b, key)
+	for deadline := time.Now().Add(5 * time.Second); len(holdKeys(t, cli, key)) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("waiter's hold key not made in 5 s")
+		}
+	}
+	cancel()
+	if r := await(t, ch, 5*time.Second); !errors.Is(r.err, lock.ErrNotObtained) || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled Obtain: %v, want lock.ErrNotObtained and context.Canceled", r.err)
+	}
+	if ks := holdKeys(t, cli, key); len(ks) != 1 {
+		t.Fatalf("hold keys after a cancelled wait: %v, want the holder's only", ks)
+	}
+}
+
+// TestAdmin: Holder, Inspect and ForceRelease, which hands the lock to the
+// next waiter; the former holder's Release then returns lock.ErrNotHeld.
+func TestAdmin(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	a, b := newClient(t, cli), newClient(t, cli)
+	ctx := ctxFor(t, 10*time.Second)
+	key := "admin"
+	if info, err := a.Inspect(ctx, key); err != nil || info.Held() {
+		t.Fatalf("Inspect of a free key: %+v, %v", info, err)
+	}
+	if owner, token, err := a.Holder(ctx, key); err != nil || owner != "" || token != 0 {
+		t.Fatalf("Holder of a free key: %q, %d, %v", owner, token, err)
+	}
+	l := obtain(t, a, lock.WithOwner(ctx, "alice"), key)
+	ch := obtainAsync(lock.WithOwner(ctx, "bob"), b, key)
+	for deadline := time.Now().Add(5 * time.Second); len(holdKeys(t, cli, key)) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("waiter's hold key not made in 5 s")
+		}
+	}
+	info, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Holder.Owner != "alice" || info.Holder.Token != l.Token() || info.TTL <= 0 || info.TTL > ttl ||
+		len(info.Waiters) != 1 || info.Waiters[0].Owner != "bob" || info.Waiters[0].Token <= l.Token() {
+		t.Fatalf("Inspect: %+v", info)
+	}
+	if ok, err := b.ForceRelease(ctx, key); err != nil || !ok {
+		t.Fatalf("ForceRelease: %v, %v", ok, err)
+	}
+	r := await(t, ch, 5*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if owner, token, err := a.Holder(ctx, key); err != nil || owner != "bob" || token != r.lease.Token() {
+		t.Fatalf("Holder after ForceRelease = %q, %d, %v; want bob, %d", owner, token, err, r.lease.Token())
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release after ForceRelease: %v, want lock.ErrNotHeld", err)
+	}
+	release(t, r.lease)
+	if ok, err := b.ForceRelease(ctx, key); err != nil || ok {
+		t.Fatalf("ForceRelease of a free key: %v, %v", ok, err)
+	}
+}
+
+// TestClose: Close reports the leases lost with ErrClosed, frees their keys
+// at once (the lease is revoked), and makes Obtain return ErrClosed.
+func TestClose(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	c, other := newClient(t, cli), newClient(t, cli)
+	ctx := ctxFor(t, 10*time.Second)
+	l := obtain(t, c, ctx, "close")
+	ch := obtainAsync(ctx, other, "close")
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantLost(t, l, 0, etcdlock.ErrClosed)
+	if u := l.(lock.LeaseStatus).Until(); !u.IsZero() {
+		t.Fatalf("Until of a closed lease: %v", u)
+	}
+	if r := await(t, ch, 2*time.Second); r.err != nil {
+		t.Fatalf("waiter after Close: %v", r.err)
+	} else {
+		release(t, r.lease)
+	}
+	if _, err := c.Obtain(ctx, "x"); !errors.Is(err, etcdlock.ErrClosed) || !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Obtain after Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
