@@ -71,27 +71,39 @@ func (c *Client) obtain(ctx context.Context, key string, opts []lock.Option, blo
 	if err := c.enter(ctx, key, block); err != nil {
 		return nil, err
 	}
-	h, reaping, err := c.acquire(ctx, key, owner, block)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err == nil && c.closed {
-		// Close revoked (or is revoking) the lease, and the key with it.
-		err = ErrClosed
-	}
-	if err != nil {
-		if !reaping {
-			c.leaveLocked(key)
+	for {
+		h, reaping, err := c.acquire(ctx, key, owner, block)
+		c.mu.Lock()
+		if err == nil && c.closed {
+			// Close revoked (or is revoking) the lease, and the key with it.
+			err = ErrClosed
 		}
-		return nil, err
+		if err == nil && !c.checkLocked(h.gen) {
+			// The lease was lost since the hold was granted, and the hold
+			// key goes with it: start again on a new lease.
+			if err = ctx.Err(); err == nil {
+				c.mu.Unlock()
+				continue
+			}
+			err = notObtained(ctx)
+		}
+		if err != nil {
+			if !reaping {
+				c.leaveLocked(key)
+			}
+			c.mu.Unlock()
+			return nil, err
+		}
+		h.inSlot = true
+		h.count = 1
+		h.gen.holds[h] = struct{}{}
+		if hasOwner && c.owned[hk] == nil {
+			h.hk, h.owned = hk, true
+			c.owned[hk] = h
+		}
+		c.mu.Unlock()
+		return &Lease{c: c, h: h}, nil
 	}
-	h.inSlot = true
-	h.count = 1
-	h.gen.holds[h] = struct{}{}
-	if hasOwner && c.owned[hk] == nil {
-		h.hk, h.owned = hk, true
-		c.owned[hk] = h
-	}
-	return &Lease{c: c, h: h}, nil
 }
 
 // acquire queues a hold key for key on the Client's lease and, if block,
