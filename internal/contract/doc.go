@@ -1,5 +1,8 @@
-// Package contract holds no code: its tests run the same checks of the
-// lock.Locker contract (errors, loss reasons, Close, validity, re-entry,
-// bad input) against every backend: lock.Client, lock.Simple,
-// redlock.Client and zklock.Client, on real servers.
+// Package contract runs the same checks of the lock.Locker contract
+// (errors, loss reasons, Close, validity, re-entry, bad input, Holder)
+// against every backend, on real servers: Run runs them against one
+// Backend. Its own tests run them against lock.Client, lock.Simple,
+// redlock.Client, zklock.Client and sqllock's lockers; the etcd module's
+// etcdlock tests against etcdlock.Client (internal/ is importable from the
+// modules under github.com/coordkit/coordkit/).
 package contract

@@ -107,8 +107,8 @@ func sqlBackends() []backend {
 				reason = lock.ErrNotHeld
 			}
 			bs = append(bs, backend{
-				name: name,
-				open: func(t *testing.T) closer {
+				Name: name,
+				Open: func(t *testing.T) closer {
 					c, err := s.newClient(s.db(t), lease, sqllock.WithDefaultTTL(ttl),
 						sqllock.WithLogger(slog.New(slog.DiscardHandler)))
 					if err != nil {
@@ -117,8 +117,8 @@ func sqlBackends() []backend {
 					t.Cleanup(func() { c.Close() })
 					return c
 				},
-				reentrant: true, ttl: true, reason: reason,
-				lose: func(t *testing.T, _ closer, key string) {
+				Reentrant: true, TTL: true, Reason: reason,
+				Lose: func(t *testing.T, _ closer, key string) {
 					db := s.db(t)
 					ctx := context.Background()
 					name := sqllock.DefaultPrefix + key
