@@ -135,14 +135,19 @@ func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h 
 			// granted on it (the put in the transaction is refused).
 			c.kill(g, fmt.Errorf("%w: the server no longer has lease %x", ErrLeaseLost, int64(g.id)))
 			continue
+		case errors.Is(err, errUnknown) && block && ctx.Err() == nil:
+			// The creation's outcome is unknown: try again. The same hold
+			// key (same lease) is made at most once, its transaction being
+			// conditional on its absence, and one found is made anew.
+			if err := c.sleep(ctx, &pause); err != nil {
+				c.abandonUnknown(key, path)
+				return nil, true, err
+			}
+			continue
 		case errors.Is(err, errUnknown):
 			// The creation's outcome is unknown: delete what it may have
 			// made before the slot is free for this Client's next try.
-			c.reapThen(path, func() {
-				c.mu.Lock()
-				c.leaveLocked(key)
-				c.mu.Unlock()
-			})
+			c.abandonUnknown(key, path)
 			if ctx.Err() != nil {
 				return nil, true, notObtained(ctx)
 			}
@@ -285,10 +290,25 @@ func (c *Client) watchDeletion(ctx context.Context, key string, from int64, g *g
 	}
 }
 
+// abandonUnknown deletes, in the background, the hold key path that a
+// creation of unknown outcome may have made, and then gives key's slot
+// back: until then, no attempt of this Client makes that key.
+func (c *Client) abandonUnknown(key, path string) {
+	c.reapThen(path, func() {
+		c.mu.Lock()
+		c.leaveLocked(key)
+		c.mu.Unlock()
+	})
+}
+
+// abandonTimeout bounds the deletion of an abandoned attempt's hold key
+// before Obtain returns; past it, deletion goes on in the background.
+const abandonTimeout = time.Second
+
 // abandon deletes the hold key of an attempt given up, before Obtain
 // returns; if that fails, in the background.
 func (c *Client) abandon(path string, rev int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	defer cancel()
 	if err := c.deleteHold(ctx, path, rev); err != nil && err != lock.ErrNotHeld {
 		c.reap(path, rev)

@@ -18,7 +18,7 @@ func TestContract(t *testing.T) {
 	contract.Run(t, contract.Backend{
 		Name: "etcdlock.Client",
 		Open: func(t *testing.T) contract.Closer {
-			c, err := etcdlock.New(dial(t, server.Endpoints()...), etcdlock.WithPrefix("/contract"), etcdlock.WithTTL(ttl))
+			c, err := etcdlock.New(dial(t, server.Endpoints()...), etcdlock.WithPrefix("/contract"), etcdlock.WithTTL(ttl), withTestLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -108,12 +108,17 @@
 //
 // The hold key's creation runs detached from ctx (bounded by 5 s), so that
 // its outcome is known: when ctx ends meanwhile, or while waiting, the
-// attempt deletes its key before Obtain returns. The one exception: when
-// the creation gets no answer at all, Obtain returns with the Client
-// deleting the key in the background (until it is gone, or the Client is
-// closed), and this Client's next attempt on the key waits for that; a
-// creation the server applies after that deletion would leave a key that
-// holds or queues until the lease ends (Close, or loss).
+// attempt deletes its key before Obtain returns (if the deletion takes
+// over a second, the Client goes on with it in the background). A
+// creation that gets no answer is sent again by Obtain: the transaction
+// is conditional on the key's absence, so a late first copy makes nothing
+// beside the second, and a key found is deleted and made anew. The one
+// exception to "no key left behind": when a creation gets no answer and
+// TryObtain, or Obtain whose ctx ended, gives up, it returns with the
+// Client deleting the key in the background (until it is gone, or the
+// Client is closed), and this Client's next attempt on the key waits for
+// that; a creation the server applies after that deletion would leave a
+// key that holds or queues until the lease ends (Close, or loss).
 //
 // # Schema
 //

@@ -18,6 +18,7 @@ import (
 // server expires the holder's lease (or, when the server still hears the
 // holder, once the holder revokes the lease it took as lost).
 func TestLostBeforeTakeover(t *testing.T) {
+	t.Parallel() // it mostly waits on timers
 	for _, tc := range []struct {
 		name string
 		cut  func(p *testserver.Proxy)
@@ -27,13 +28,14 @@ func TestLostBeforeTakeover(t *testing.T) {
 		{"to the client", func(p *testserver.Proxy) { p.SetBlackholeToClient(true) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			proxy := testserver.StartProxy(t, server.Nodes()[0].Addr())
 			holder := newClient(t, dial(t, proxy.Addr()))
 			next := newClient(t, dial(t, server.Endpoints()...))
 			ctx := ctxFor(t, 20*time.Second)
 			key := "takeover"
 			l := obtain(t, holder, ctx, key)
-			lost := lostAt(l)
+			lost := lostAt(t, l)
 			ch := obtainAsync(ctx, next, key)
 			time.Sleep(ttl / 2) // a few keep-alives answered
 			cut := time.Now()
@@ -120,6 +122,7 @@ func TestRevokedLease(t *testing.T) {
 // within the lease's window; after a restart (from its data directory) the
 // Client obtains again, on a new lease, with a larger token.
 func TestServerKilled(t *testing.T) {
+	t.Parallel() // it mostly waits on timers
 	e := testserver.StartEtcd(t)
 	cli := dial(t, e.Endpoints()...)
 	c := newClient(t, cli)
@@ -143,6 +146,7 @@ func TestServerKilled(t *testing.T) {
 // Lost closes while it is stopped; after SIGCONT another Client obtains the
 // lock with a larger token.
 func TestServerPaused(t *testing.T) {
+	t.Parallel() // it mostly waits on timers
 	e := testserver.StartEtcd(t)
 	c := newClient(t, dial(t, e.Endpoints()...))
 	other := newClient(t, dial(t, e.Endpoints()...))
@@ -165,12 +169,18 @@ func TestServerPaused(t *testing.T) {
 	release(t, l2)
 }
 
-// lostAt returns a channel that receives the time the lease's Lost closed.
-func lostAt(lease lock.Lease) <-chan time.Time {
+// lostAt returns a channel that receives the time the lease's Lost
+// closed, if it closes before the test ends.
+func lostAt(t *testing.T, lease lock.Lease) <-chan time.Time {
 	ch := make(chan time.Time, 1)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
 	go func() {
-		<-lease.Lost()
-		ch <- time.Now()
+		select {
+		case <-lease.Lost():
+			ch <- time.Now()
+		case <-done:
+		}
 	}()
 	return ch
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -29,6 +30,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	server = e
+	// The examples connect as a user's program would, to servers from its
+	// environment.
+	os.Setenv("ETCD_ENDPOINTS", strings.Join(e.Endpoints(), ","))
 	code := m.Run()
 	e.Close()
 	if code == 0 {
@@ -67,12 +71,19 @@ func prefix(t *testing.T) string {
 // when the test ends (before cli).
 func newClient(t *testing.T, cli *clientv3.Client, opts ...etcdlock.Option) *etcdlock.Client {
 	t.Helper()
-	c, err := etcdlock.New(cli, append([]etcdlock.Option{etcdlock.WithPrefix(prefix(t)), etcdlock.WithTTL(ttl)}, opts...)...)
+	c, err := etcdlock.New(cli, append([]etcdlock.Option{etcdlock.WithPrefix(prefix(t)), etcdlock.WithTTL(ttl), withTestLogger(t)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// withTestLogger logs to t's output: the Client is closed before t ends,
+// and some tests run in parallel, so logtest.Capture (the current test's
+// output) could name the wrong one.
+func withTestLogger(t *testing.T) etcdlock.Option {
+	return etcdlock.WithLogger(slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})))
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -1,0 +1,137 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordkit/coordkit/etcd/etcdlock"
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+)
+
+// leader returns the index (into Nodes) of the cluster's leader.
+func leader(t *testing.T, e *testserver.Etcd, cli *clientv3.Client) int {
+	t.Helper()
+	ctx := ctxFor(t, 10*time.Second)
+	for {
+		for i, n := range e.Nodes() {
+			if !n.Running() {
+				continue
+			}
+			s, err := cli.Status(ctx, n.Addr())
+			if err == nil && s.Leader != 0 && s.Leader == s.Header.MemberId {
+				return i
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no leader in 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClusterLeaderKilled: on a 3-member cluster the leader is killed while
+// a lease is held and another Client waits. The lease survives the
+// election or is reported lost before the waiter holds; the waiter holds
+// after the release with a larger token; the killed member rejoins from its
+// data directory.
+func TestClusterLeaderKilled(t *testing.T) {
+	t.Parallel() // it mostly waits on timers
+	e := testserver.StartEtcdCluster(t, 3)
+	cli := dial(t, e.Endpoints()...)
+	holder, next := newClient(t, cli), newClient(t, dial(t, e.Endpoints()...))
+	ctx := ctxFor(t, 30*time.Second)
+	l := obtain(t, holder, ctx, "leader")
+	lost := lostAt(t, l)
+	ch := obtainAsync(ctx, next, "leader")
+	i := leader(t, e, cli)
+	e.Nodes()[i].Kill()
+	killed := time.Now()
+	select {
+	case r := <-ch:
+		// Only after the holder was told.
+		select {
+		case at := <-lost:
+			if !at.Before(r.at) {
+				t.Fatalf("holder lost at %v, after the takeover at %v", at.Sub(killed), r.at.Sub(killed))
+			}
+			t.Logf("holder lost its lease %v after the leader's kill", at.Sub(killed).Round(time.Millisecond))
+		default:
+			t.Fatalf("a waiter holds (%v) while the holder's lease is not reported lost", r.err)
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		release(t, r.lease)
+	case <-time.After(2 * ttl):
+		if closed(l.Lost()) {
+			t.Logf("holder lost its lease in the election")
+		} else {
+			t.Logf("the lease survived the election (new leader %d)", leader(t, e, cli))
+		}
+		if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+			t.Fatal(err)
+		}
+		r := await(t, ch, 2*ttl)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.lease.Token() <= l.Token() {
+			t.Fatalf("token after the election %d, not above %d", r.lease.Token(), l.Token())
+		}
+		release(t, r.lease)
+	}
+	if err := e.Nodes()[i].Start(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := obtain(t, holder, ctx, "leader")
+	release(t, l2)
+}
+
+// TestClusterMajorityDown: with two members of three killed, nothing can
+// renew the lease: Lost closes within the lease's window (plus the time to
+// notice); once they are back, Obtain holds again with a larger token.
+func TestClusterMajorityDown(t *testing.T) {
+	t.Parallel() // it mostly waits on timers
+	e := testserver.StartEtcdCluster(t, 3)
+	c := newClient(t, dial(t, e.Endpoints()...))
+	ctx := ctxFor(t, 30*time.Second)
+	l := obtain(t, c, ctx, "majority")
+	down := time.Now()
+	e.Nodes()[0].Kill()
+	e.Nodes()[1].Kill()
+	killed := time.Now()
+	until := l.(lock.LeaseStatus).Until() // may still move, if a keep-alive was in flight
+	wantLost(t, l, ttl, etcdlock.ErrLeaseLost)
+	t.Logf("lost %v after the first kill began, %v after the second ended; %v after Until read then",
+		time.Since(down).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), time.Since(until).Round(time.Millisecond))
+	// Both at once: a lone member waits for a quorum to report healthy.
+	errs := make(chan error, 2)
+	for _, n := range e.Nodes()[:2] {
+		go func() { errs <- n.Start() }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.WaitHealthy(ctxFor(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	back := time.Now()
+	l2, err := c.Obtain(octx, "majority")
+	if err != nil {
+		info, ierr := c.Inspect(ctx, "majority")
+		t.Fatalf("Obtain %v after the majority came back: %v (lock: %+v, %v)", time.Since(back), err, info, ierr)
+	}
+	if l2.Token() <= l.Token() {
+		t.Fatalf("token after the outage %d, not above %d", l2.Token(), l.Token())
+	}
+	release(t, l2)
+}
