@@ -184,3 +184,59 @@ func lostAt(t *testing.T, lease lock.Lease) <-chan time.Time {
 	}()
 	return ch
 }
+
+// TestWaiterLeaseRevoked: a waiter's lease is revoked while it waits; its
+// hold key goes with the lease, and the waiter queues again on a new lease
+// (behind nobody new) and holds once the holder releases.
+func TestWaiterLeaseRevoked(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	holder, waiter := newClient(t, cli), newClient(t, cli)
+	ctx := ctxFor(t, 10*time.Second)
+	key := "waiter-revoked"
+	l := obtain(t, holder, ctx, key)
+	ch := obtainAsync(ctx, waiter, key)
+	var first etcdlock.Entry
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		info, err := holder.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Waiters) == 1 {
+			first = info.Waiters[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waiter's hold key not made in 5 s")
+		}
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(first.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter queues again, on a new lease.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		info, err := holder.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Waiters) == 1 && info.Waiters[0].Lease != first.Lease {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiter not queued again on a new lease in 5 s: %+v", info)
+		}
+	}
+	select {
+	case r := <-ch:
+		t.Fatalf("waiter returned while the lock is held: %v", r.err)
+	default:
+	}
+	release(t, l)
+	r := await(t, ch, 5*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.lease.Token() <= first.Token {
+		t.Fatalf("waiter's token %d, not above its first hold key's %d", r.lease.Token(), first.Token)
+	}
+	release(t, r.lease)
+}
