@@ -134,6 +134,9 @@ func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h 
 			// The server revoked or expired the lease: no hold is
 			// granted on it (the put in the transaction is refused).
 			c.kill(g, fmt.Errorf("%w: the server no longer has lease %x", ErrLeaseLost, int64(g.id)))
+			if ctx.Err() != nil {
+				return nil, false, notObtained(ctx)
+			}
 			continue
 		case errors.Is(err, errUnknown) && block && ctx.Err() == nil:
 			// The creation's outcome is unknown: try again. The same hold
