@@ -79,6 +79,11 @@ func newClient(t *testing.T, cli *clientv3.Client, opts ...etcdlock.Option) *etc
 	return c
 }
 
+// lossBound is how long after a fault the tests wait for Lost: the lease's
+// window (2T/3 from the send of the last answered keep-alive) and slack
+// for a loaded host. The tests log the time it took.
+const lossBound = 3 * ttl / 2
+
 // withTestLogger logs to t's output: the Client is closed before t ends,
 // and some tests run in parallel, so logtest.Capture (the current test's
 // output) could name the wrong one.
@@ -136,14 +141,26 @@ type result struct {
 	lease lock.Lease
 	err   error
 	at    time.Time
+	// prevLost: the lease given to obtainAfter was reported lost when
+	// Obtain returned.
+	prevLost bool
 }
 
 // obtainAsync runs Obtain in a goroutine; the test must receive its result.
 func obtainAsync(ctx context.Context, l lock.Locker, key string) <-chan result {
+	return obtainAfter(ctx, l, key, nil)
+}
+
+// obtainAfter is obtainAsync that also notes, as soon as Obtain returns,
+// whether prev's Lost was closed then: an order that no timestamp taken
+// by another goroutine can get wrong.
+func obtainAfter(ctx context.Context, l lock.Locker, key string, prev lock.Lease) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
 		lease, err := l.Obtain(ctx, key)
-		ch <- result{lease, err, time.Now()}
+		r := result{lease: lease, err: err, at: time.Now()}
+		r.prevLost = prev != nil && closed(prev.Lost())
+		ch <- r
 	}()
 	return ch
 }
