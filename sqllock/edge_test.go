@@ -309,10 +309,14 @@ func TestObservabilitySession(t *testing.T) {
 			c := b.client(t, nil, sqllock.WithLogger(slog.New(logs)), sqllock.WithMetrics(m),
 				sqllock.WithMetricsKey(locktest.MetricsKey))
 			key := uniqueKey(t)
-			l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
-			time.Sleep(250 * time.Millisecond) // a check or two
+			// 1 s: checks every 333 ms, each with the rest of the TTL to
+			// answer. At 300 ms, .ci/run (every step at once) saw the
+			// check after the kill miss its deadline: the lease expired
+			// before the check could find the session gone.
+			l := mustObtain(t, ctx, c, key, lock.WithTTL(time.Second))
+			time.Sleep(750 * time.Millisecond) // a check or two
 			killSession(t, b, key)
-			waitClosed(t, l.Lost(), time.Second, "Lost of the killed session's lease")
+			waitClosed(t, l.Lost(), 3*time.Second, "Lost of the killed session's lease")
 			if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 				t.Fatalf("Release of the lost lease: %v", err)
 			}
