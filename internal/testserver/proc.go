@@ -168,6 +168,25 @@ func allStopped(pid int) bool {
 
 // kill sends SIGKILL to the process by its PID and waits until it is reaped.
 // Killing a process that already exited is not an error.
+// waitExit waits up to d for the process to exit by itself (a server told
+// to shut down) and reports whether it did.
+func (p *process) waitExit(d time.Duration) bool {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 func (p *process) kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done

@@ -403,3 +403,43 @@ func TestFailedStartKeepsLog(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisRestartKeepsEveryWrite: a restart with the data keeps every
+// write the server acknowledged, also those made while it was being
+// restarted. A SAVE followed by a kill lost the writes in between.
+func TestRedisRestartKeepsEveryWrite(t *testing.T) {
+	r := testserver.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	acked := make(chan []int, 1)
+	go func() {
+		var ok []int
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				acked <- ok
+				return
+			default:
+			}
+			if c.Set(ctx, fmt.Sprint("w", i), i, 0).Err() == nil {
+				ok = append(ok, i)
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := r.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	ok := <-acked
+	if len(ok) == 0 {
+		t.Fatal("no write acknowledged")
+	}
+	for _, i := range ok {
+		if err := c.Get(ctx, fmt.Sprint("w", i)).Err(); err != nil {
+			t.Fatalf("write %d of %d acknowledged before the restart is gone: %v", i, len(ok), err)
+		}
+	}
+}
