@@ -71,14 +71,25 @@ func TestRetryPolls(t *testing.T) {
 	a, b := newClient(t, nil), newClient(t, nil)
 	la := mustObtain(t, ctx, a, key)
 	attempts := 0
+	// Released once b has polled twice: a release after a fixed 100 ms
+	// came, on a loaded host, before b's first attempt.
+	polled := make(chan struct{})
+	var once sync.Once
+	released := make(chan struct{})
 	go func() {
-		time.Sleep(100 * time.Millisecond)
+		defer close(released)
+		<-polled
 		la.Release(ctx)
 	}()
 	lb, err := b.Obtain(ctx, key, lock.WithRetry(func(n int) time.Duration {
 		attempts = n
+		if n >= 2 {
+			once.Do(func() { close(polled) })
+		}
 		return 10 * time.Millisecond
 	}))
+	once.Do(func() { close(polled) }) // also when Obtain failed first
+	<-released
 	if err != nil {
 		t.Fatal(err)
 	}
