@@ -426,8 +426,18 @@ func TestReleaseDuringCheck(t *testing.T) {
 			for i := range 12 {
 				l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
 				time.Sleep(100*time.Millisecond + time.Duration(i)*7*time.Millisecond)
-				if err := l.Release(ctx); err != nil {
-					t.Fatalf("release %d (the lease not lost: %v): %v", i+1, lock.LostCause(l), err)
+				until := l.(lock.LeaseStatus).Until()
+				err := l.Release(ctx)
+				if err != nil && errors.Is(err, lock.ErrNotHeld) && !time.Now().Before(until) && lock.LostCause(l) != nil {
+					// A check that ran past the lease's deadline on a
+					// loaded host (make test-stress saw one): the session
+					// ended with it, and the release says the hold was
+					// lost, as it was.
+					t.Logf("release %d: the lease's deadline passed during it: %v", i+1, err)
+					continue
+				}
+				if err != nil {
+					t.Fatalf("release %d (the lease not lost: %v, its deadline %v ahead): %v", i+1, lock.LostCause(l), time.Until(until).Round(time.Millisecond), err)
 				}
 			}
 		})

@@ -324,6 +324,15 @@ func (c *Client) sessionRelease(ctx context.Context, h *hold, conn *sql.Conn) er
 	}
 	ok, err := c.sessionWrite(ctx, conn, c.ses.release, args)
 	switch {
+	case err != nil && connBroken(ctx, conn, err):
+		// The session had ended (its connection broken: killed, cut, or
+		// closed by the driver when a check ran past the lease's
+		// deadline), and the lock with it: the hold is lost, not
+		// released.
+		discard(conn)
+		cause := fmt.Errorf("%w: %w: the session ended before its release: %w", ErrSessionLost, lock.ErrNotHeld, err)
+		h.wd.Lose(cause)
+		return fmt.Errorf("sqllock: release %q: %w", h.key, cause)
 	case err != nil:
 		discard(conn)
 		return fmt.Errorf("sqllock: release %q: %w (its connection was closed, which frees the lock)", h.key, err)
