@@ -327,26 +327,34 @@ func (d *driver) steps(ctx context.Context) error {
 		if d.def.mode == ModeTCC {
 			op = OpCancel
 		}
-		for i := len(d.def.undo) - 1; i >= 0; i-- {
-			if b := d.branches[i]; b != branchStarted && b != branchDone {
-				continue
-			}
-			err := d.call(ctx, i, op, d.def.undo[i])
-			var s *stuckError
-			if errors.As(err, &s) {
-				return d.stuck(ctx, s)
-			} else if err != nil {
-				return err
-			}
-			if err := d.write(ctx, "", "", i, branchUndone); err != nil {
-				return err
-			}
-		}
-		if err := d.write(ctx, StateAborted, d.reason, -1, ""); err != nil {
+		if err := d.undoAll(ctx, len(d.def.undo), op, func(i int) Func { return d.def.undo[i] }); err != nil {
 			return err
 		}
 	}
 	return d.result()
+}
+
+// undoAll undoes, in reverse order, every one of the n branches that
+// started or finished (a compensation, a Cancel, an XA rollback: undo(i)),
+// logging each as undone after it succeeded, and then the transaction as
+// aborted. A branch still failing at the deadline makes it stuck.
+func (d *driver) undoAll(ctx context.Context, n int, op Op, undo func(i int) Func) error {
+	for i := n - 1; i >= 0; i-- {
+		if b := d.branches[i]; b != branchStarted && b != branchDone {
+			continue
+		}
+		err := d.call(ctx, i, op, undo(i))
+		var s *stuckError
+		if errors.As(err, &s) {
+			return d.stuck(ctx, s)
+		} else if err != nil {
+			return err
+		}
+		if err := d.write(ctx, "", "", i, branchUndone); err != nil {
+			return err
+		}
+	}
+	return d.write(ctx, StateAborted, d.reason, -1, "")
 }
 
 // result is what the drive returns once the state is final.

@@ -307,22 +307,10 @@ func (d *driver) xaSteps(ctx context.Context) error {
 		}
 	}
 	if d.state == StateRollingBack {
-		for i := len(d.def.xa) - 1; i >= 0; i-- {
-			if b := d.branches[i]; b != branchStarted && b != branchDone {
-				continue
-			}
-			err := d.call(ctx, i, OpCancel, func(ctx context.Context, _ Branch) error { return d.xaFinish(ctx, i, false) })
-			var s *stuckError
-			if errors.As(err, &s) {
-				return d.stuck(ctx, s)
-			} else if err != nil {
-				return err
-			}
-			if err := d.write(ctx, "", "", i, branchUndone); err != nil {
-				return err
-			}
+		rollback := func(i int) Func {
+			return func(ctx context.Context, _ Branch) error { return d.xaFinish(ctx, i, false) }
 		}
-		if err := d.write(ctx, StateAborted, d.reason, -1, ""); err != nil {
+		if err := d.undoAll(ctx, len(d.def.xa), OpCancel, rollback); err != nil {
 			return err
 		}
 	}
