@@ -168,10 +168,15 @@ func TestSegmentRedisRestart(t *testing.T) {
 		gens[i], _ = s.For("restart")
 	}
 
+	type drawErr struct {
+		at    time.Time
+		err   error
+		drawn int64 // IDs drawn by all goroutines when it happened
+	}
 	var (
 		mu    sync.Mutex
 		all   [][]int64
-		errAt []time.Time
+		errs  []drawErr
 		drawn atomic.Int64
 		wg    sync.WaitGroup
 		done  = make(chan struct{})
@@ -203,7 +208,7 @@ func TestSegmentRedisRestart(t *testing.T) {
 					cancel()
 					if err != nil {
 						mu.Lock()
-						errAt = append(errAt, time.Now())
+						errs = append(errs, drawErr{time.Now(), err, drawn.Load()})
 						mu.Unlock()
 						lastEr.Store(&err)
 						time.Sleep(2 * time.Millisecond)
@@ -233,17 +238,30 @@ func TestSegmentRedisRestart(t *testing.T) {
 	close(done)
 	wg.Wait()
 
-	const grace = 2 * time.Second // go-redis notices dead pooled connections on use
-	for _, at := range errAt {
-		if at.Before(killAt) || at.After(upAt.Add(grace)) {
-			t.Errorf("error at %v, outside the outage [%v, %v]", at.Sub(killAt), time.Duration(0), upAt.Sub(killAt))
+	// An error outside the outage (and the grace go-redis needs to notice
+	// its dead pooled connections) may only be a call's own 1 s deadline
+	// running out while the host starves the process (seen beside two CPU
+	// burners, 3 s after the restart): never a Redis or connection error,
+	// and the generator draws on after it, so it did not stay broken.
+	const grace = 2 * time.Second
+	final := drawn.Load()
+	late := 0
+	for _, e := range errs {
+		if !e.at.Before(killAt) && !e.at.After(upAt.Add(grace)) {
+			continue
+		}
+		late++
+		if !errors.Is(e.err, context.DeadlineExceeded) || e.at.Before(killAt) {
+			t.Errorf("error at %v, outside the outage [0s, %v]: %v", e.at.Sub(killAt), upAt.Sub(killAt), e.err)
+		} else if final-e.drawn < 1000 {
+			t.Errorf("deadline at %v (after the outage [0s, %v]), and only %d IDs drawn after it", e.at.Sub(killAt), upAt.Sub(killAt), final-e.drawn)
 		}
 	}
 	var last error
 	if p := lastEr.Load(); p != nil {
 		last = *p
 	}
-	t.Logf("%d errors during the outage (last: %v); %d IDs", len(errAt), last, drawn.Load())
+	t.Logf("%d errors (%d after the outage, each a call's deadline on a starved host); last: %v; %d IDs", len(errs), late, last, final)
 	var flat []int64
 	for _, ids := range all {
 		flat = append(flat, ids...)
