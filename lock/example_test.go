@@ -173,7 +173,10 @@ func ExampleWithFair() {
 			order <- i
 			l.Release(ctx)
 		}()
-		time.Sleep(50 * time.Millisecond) // let waiter i queue before i+1
+		// Let waiter i queue before i+1 starts (Inspect lists the queue).
+		for info, _ := locker.Inspect(ctx, "example:fair"); len(info.Waiters) < i; info, _ = locker.Inspect(ctx, "example:fair") {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	holder.Release(ctx)
 	fmt.Println(<-order, <-order, <-order)

@@ -170,9 +170,11 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	c, r := lossyClient(t)
 	key := uniqueKey(t)
-	l := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
+	// A 1 s TTL: with 300 ms, a renewal starved past the lease's end on a
+	// loaded host (load 23 on 2 cores) lost the lease for that reason.
+	l := mustObtain(t, ctx, c, key, lock.WithTTL(time.Second))
 	r.Arm(lock.Scripts()["renew.lua"].Hash())
-	time.Sleep(400 * time.Millisecond) // past a renewal, and past the TTL
+	time.Sleep(1200 * time.Millisecond) // past a renewal, and past the TTL
 	wantLost(t, r)
 	select {
 	case <-l.Lost():
