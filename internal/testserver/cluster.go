@@ -63,7 +63,7 @@ func (c *RedisCluster) form(ctx context.Context) error {
 		}
 	}
 	for _, n := range c.nodes[1:] {
-		if err := c.nodes[0].do("CLUSTER", "MEET", "127.0.0.1", n.Port()); err != nil {
+		if err := c.nodes[0].do("CLUSTER", "MEET", "127.0.0.1", n.Port(), n.bus); err != nil {
 			return fmt.Errorf("testserver: cluster MEET %s: %w", n.Addr(), err)
 		}
 	}

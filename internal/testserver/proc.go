@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -215,14 +216,80 @@ func (p *process) logTail() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// Ports. A server restarted after a kill needs its port back (its
+// clients hold the address), and a port the kernel chose (":0") is in the
+// ephemeral range, where any outgoing connection of any process may take
+// it while the server is down: make test-stress saw MariaDB's restart fail
+// with "Address already in use". So freePort draws ports below the
+// ephemeral range, which the kernel never hands out on its own, and
+// reserves each for the life of the test process with an exclusive flock on
+// a file named after it in a directory every test process shares (the lock
+// goes with the process, however it ends), so that no other test process
+// draws it either.
+var ports struct {
+	sync.Mutex
+	held map[int]*os.File // the lock files of the ports this process drew
+}
+
+// portRange is the range freePort draws from: 20000-32767, moved below the
+// ephemeral range when a machine's range starts lower
+// (net.ipv4.ip_local_port_range).
+func portRange() (lo, hi int) {
+	lo, hi = 20000, 32767
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
+		return lo, hi
+	}
+	var elo, ehi int
+	if _, err := fmt.Sscan(string(b), &elo, &ehi); err != nil {
+		return lo, hi
+	}
+	switch {
+	case elo > hi:
+	case elo > 12000: // below the range: 10000 ports at most, 2000 at least
+		lo, hi = max(1024, elo-10000), elo-1
+	default: // the range starts low: above it
+		lo, hi = ehi+1, min(65535, ehi+10000)
+	}
+	return lo, hi
+}
+
+// freePort returns a TCP port on 127.0.0.1 that is free and reserved for
+// this process (see ports).
+func freePort() (int, error) {
+	dir := filepath.Join(os.TempDir(), "coordkit-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	lo, hi := portRange()
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.held == nil {
+		ports.held = map[int]*os.File{}
+	}
+	for range 500 {
+		port := lo + rand.IntN(hi-lo+1)
+		if ports.held[port] != nil {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			return 0, err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close() // another test process has it
+			continue
+		}
+		ln, err := net.Listen("tcp", addr(port))
+		if err != nil {
+			f.Close() // taken by something else; closing drops the lock
+			continue
+		}
+		ln.Close()
+		ports.held[port] = f
+		return port, nil
+	}
+	return 0, fmt.Errorf("testserver: no free port in %d-%d after 500 draws", lo, hi)
 }
 
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +43,7 @@ func WithRedisArgs(args ...string) RedisOption {
 // concurrent use.
 type Redis struct {
 	port int
+	bus  int // the cluster bus port of a cluster node, else 0
 	dir  string
 	proc *process
 }
@@ -97,8 +99,17 @@ func newRedis(o redisOptions, extra []string) (*Redis, error) {
 			args = append(args, "--appendonly", "yes", "--appendfsync", o.aof)
 		}
 		args = append(args, extra...)
+		bus := 0
+		if slices.Contains(extra, "--cluster-enabled") {
+			// The cluster bus, by default the port + 10000, reserved as
+			// the port is (a restarted node needs it back too).
+			if bus, err = freePort(); err != nil {
+				return nil, err
+			}
+			args = append(args, "--cluster-port", strconv.Itoa(bus))
+		}
 		args = append(args, o.args...)
-		r := &Redis{port: port, dir: dir, proc: &process{
+		r := &Redis{port: port, bus: bus, dir: dir, proc: &process{
 			name: "redis-server :" + strconv.Itoa(port), bin: bin, args: args,
 			dir: dir, log: filepath.Join(dir, "redis.log"),
 		}}
