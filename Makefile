@@ -60,14 +60,16 @@ chaos: deps
 	COORDKIT_MODEL_LONG=1 $(GO) test -race -count=1 -timeout 30m ./internal/modeltest
 	cd chaos && $(GO) run . -profile long -seed $(CHAOS_SEED)
 
-# The main job on a fresh machine: the ticket-stock race under every strategy
-# and the withdrawal flow (examples/ is a module of its own: it needs the SQL
+# The main job on a fresh machine: the ticket-stock race under every strategy,
+# the withdrawal flow and the transfer by Saga, TCC and XA (examples/ is a module of its own: it needs the SQL
 # drivers that the library leaves to its users). Each example starts the servers it needs on
 # loopback ports in a temporary directory and stops them when it ends.
 demo: deps
 	cd examples && $(GO) run ./tickets
 	@echo
 	cd examples && $(GO) run ./withdrawal
+	@echo
+	cd examples && $(GO) run ./transfer
 
 # coordkit against its peer libraries, every suite, medians of 3 rounds of
 # 2 s; bench/ has its own go.mod. Takes a while: not part of test or demo.
