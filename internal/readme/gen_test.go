@@ -27,6 +27,7 @@ var snippetNames = []struct{ marker, name string }{
 	{"e.Campaign(ctx)", "snippetOneOff"},
 	{"sqllock.NewPostgres(db)", "snippetSQLLock"},
 	{"sqlid.NewLeaf(db, sqlid.MySQL)", "snippetSQLID"},
+	{"txn.New(db, sqllock.MySQL, ids)", "snippetTransfer"},
 }
 
 // addresses are the README's server addresses, replaced by the test
@@ -68,6 +69,7 @@ package readme_test
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
@@ -78,6 +80,7 @@ import (
 	"github.com/coordkit/coordkit/idgen/workerid"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/txn"
 )
 
 var (
@@ -87,6 +90,8 @@ var (
 	_ = sqlid.NewLeaf
 	_ = workerid.NewZK
 	_ = sqllock.NewPostgres
+	_ = txn.New
+	_ = time.Second
 	_ = lock.Do
 	_ = redis.NewClient
 	_ *zk.Conn

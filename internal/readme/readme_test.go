@@ -38,6 +38,7 @@ import (
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
 	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/txn"
 	"github.com/coordkit/coordkit/zklock"
 )
 
@@ -56,6 +57,7 @@ var (
 	_ = zklock.New
 	_ = sql.Open
 	_ = sqllock.NewPostgres
+	_ = txn.New
 )
 
 func withdraw(ctx context.Context, user string, amount int) error { return nil }
@@ -65,6 +67,15 @@ func drainOutbox(ctx context.Context, token int64) error { <-ctx.Done(); return 
 func sendReport(ctx context.Context) error { return nil }
 
 var locker lock.Locker
+
+// The transfer snippet's database, gids, payload and branch funcs.
+var (
+	db      *sql.DB
+	ids     *idgen.Snowflake
+	payload []byte
+
+	debit, refund, credit, uncredit txn.Func
+)
 
 func main() {}
 `

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/txn"
 )
 
 // The test servers' addresses, which replace the README's in the
@@ -418,5 +421,147 @@ func TestReadmeSQLID(t *testing.T) {
 			}
 			prev = next
 		}
+	}
+}
+
+// The transfer snippet's package-level inputs (see the prelude in
+// readme_test.go), set by TestReadmeTransfer.
+var (
+	db      *sql.DB
+	ids     *idgen.Snowflake
+	payload []byte
+
+	debit, refund, credit, uncredit txn.Func
+)
+
+// TestReadmeTransfer: "A transfer across two databases in five lines"
+// commits a transfer (both branches applied), answers a refused one with
+// txn.ErrAborted and its debit compensated, and its Recover finishes a
+// transfer whose driver stopped after the debit, so that each transfer is
+// applied exactly once.
+func TestReadmeTransfer(t *testing.T) {
+	maria, err := testserver.NewMariaDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(maria.Close)
+	ctx := ctxFor(t, 60*time.Second)
+	mdb, err := sql.Open("mysql", maria.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mdb.Close() })
+	sf, err := idgen.NewSnowflake(idgen.LayoutTwitter, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bar, err := txn.NewBarrier(sqllock.MySQL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bar.CreateTable(ctx, mdb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mdb.ExecContext(ctx, "CREATE TABLE acct (id VARCHAR(8) PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mdb.ExecContext(ctx, "INSERT INTO acct VALUES ('a', 100), ('b', 0)"); err != nil {
+		t.Fatal(err)
+	}
+	// The branch funcs: one UPDATE behind the barrier; the payload is the
+	// amount. The debit refuses (txn.ErrAbort) an amount above the balance.
+	errRefused := errors.New("insufficient funds")
+	var stopAfterDebit context.CancelFunc // set: the driver stops once the debit committed
+	branch := func(stmt, acct string, refuse bool) txn.Func {
+		return func(ctx context.Context, br txn.Branch) error {
+			amount, err := strconv.ParseInt(string(br.Payload), 10, 64)
+			if err != nil {
+				return fmt.Errorf("%w: %w", txn.ErrAbort, err)
+			}
+			_, err = bar.Do(ctx, mdb, br, func(tx *sql.Tx) error {
+				res, err := tx.ExecContext(ctx, stmt, amount, acct, amount)
+				if err != nil {
+					return err
+				}
+				if n, err := res.RowsAffected(); err == nil && n == 0 && refuse {
+					return fmt.Errorf("%w: %w", txn.ErrAbort, errRefused)
+				}
+				return err
+			})
+			if err == nil && br.Op == txn.OpAction && br.ID == 0 && stopAfterDebit != nil {
+				stopAfterDebit()
+			}
+			return err
+		}
+	}
+	hook(t, &debit, branch("UPDATE acct SET balance = balance - ? WHERE id = ? AND balance >= ?", "a", true))
+	hook(t, &refund, branch("UPDATE acct SET balance = balance + ? WHERE id = ? AND ? > 0", "a", false))
+	hook(t, &credit, branch("UPDATE acct SET balance = balance + ? WHERE id = ? AND ? > 0", "b", false))
+	hook(t, &uncredit, branch("UPDATE acct SET balance = balance - ? WHERE id = ? AND ? > 0", "b", false))
+	hook(t, &db, mdb)
+	hook(t, &ids, sf)
+	balances := func() (a, b int64) {
+		t.Helper()
+		if err := mdb.QueryRowContext(ctx, "SELECT (SELECT balance FROM acct WHERE id = 'a'), (SELECT balance FROM acct WHERE id = 'b')").Scan(&a, &b); err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
+
+	// A transfer of 20 whose driver stops after the debit, as a process
+	// dying there would: the log keeps it, under a lease of 200 ms.
+	m0, err := txn.New(mdb, sqllock.MySQL, sf, txn.WithLeaseTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m0.CreateTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m0.RegisterSaga("transfer", txn.SagaStep{Action: debit, Compensate: refund}, txn.SagaStep{Action: credit, Compensate: uncredit}); err != nil {
+		t.Fatal(err)
+	}
+	stopCtx, stop := context.WithCancel(ctx)
+	stopAfterDebit = stop
+	gid0, err := m0.Run(stopCtx, "transfer", []byte("20"), time.Minute)
+	stopAfterDebit = nil
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the stopped driver's Run: %v, want context.Canceled", err)
+	}
+	if a, b := balances(); a != 80 || b != 0 {
+		t.Fatalf("after the stopped driver: a %d, b %d, want 80, 0", a, b)
+	}
+	time.Sleep(400 * time.Millisecond) // past the stopped driver's lease: Recover takes over only then
+
+	payload = []byte("30")
+	if err := snippetTransfer(ctx, nil, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := seenVar[*txn.Manager](t, "snippetTransfer.m")
+	if err := seenVar[error](t, "snippetTransfer.err"); err != nil {
+		t.Fatalf("the snippet: %v", err)
+	}
+	if n := seenVar[int](t, "snippetTransfer.n"); n != 1 {
+		t.Errorf("Recover finished %d transactions, want 1 (the stopped one)", n)
+	}
+	for _, gid := range []int64{gid0, seenVar[int64](t, "snippetTransfer.gid")} {
+		if st, err := m.Status(ctx, gid); err != nil || st.State != txn.StateCommitted {
+			t.Errorf("gid %d: %+v, %v; want committed", gid, st, err)
+		}
+	}
+	if a, b := balances(); a != 50 || b != 50 {
+		t.Fatalf("after the snippet: a %d, b %d, want 50, 50 (20 and 30 moved, each once)", a, b)
+	}
+
+	// More than a holds: refused, and nothing moved.
+	payload = []byte("70")
+	if err := snippetTransfer(ctx, nil, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = seenVar[error](t, "snippetTransfer.err")
+	if !errors.Is(err, txn.ErrAborted) || !errors.Is(err, errRefused) {
+		t.Fatalf("a transfer above the balance: %v, want txn.ErrAborted and the refusal", err)
+	}
+	if a, b := balances(); a != 50 || b != 50 {
+		t.Fatalf("after the refusal: a %d, b %d, want 50, 50", a, b)
 	}
 }

@@ -10,6 +10,7 @@ package readme_test
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,7 @@ import (
 	"github.com/coordkit/coordkit/idgen/workerid"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/txn"
 )
 
 var (
@@ -29,6 +31,8 @@ var (
 	_ = sqlid.NewLeaf
 	_ = workerid.NewZK
 	_ = sqllock.NewPostgres
+	_ = txn.New
+	_ = time.Second
 	_ = lock.Do
 	_ = redis.NewClient
 	_ *zk.Conn
@@ -86,6 +90,20 @@ func snippetOneOff(ctx context.Context, conn *zk.Conn, rdb redis.UniversalClient
 	seen("snippetOneOff", "err", err)
 	seen("snippetOneOff", "term", term)
 	return sendReport(ctx) // once per call, on one instance at a time
+}
+
+func snippetTransfer(ctx context.Context, conn *zk.Conn, rdb redis.UniversalClient, masters []redis.UniversalClient, locker lock.Locker) error {
+	m, err := txn.New(db, sqllock.MySQL, ids) // db: the app's *sql.DB, home of the log; ids: an *idgen.Snowflake
+	err = m.CreateTables(ctx)                 // once, or a migration (DDL in txn's doc)
+	err = m.RegisterSaga("transfer", txn.SagaStep{Action: debit, Compensate: refund}, txn.SagaStep{Action: credit, Compensate: uncredit})
+	n, err := m.Recover(ctx, 0)                              // any process: finishes what a dead one left (or RecoverLoop, under election)
+	gid, err := m.Run(ctx, "transfer", payload, time.Minute) // nil: committed; errors.Is(err, txn.ErrAborted): refused, compensated
+
+	seen("snippetTransfer", "m", m)
+	seen("snippetTransfer", "err", err)
+	seen("snippetTransfer", "n", n)
+	seen("snippetTransfer", "gid", gid)
+	return nil
 }
 
 func snippetSQLLock(ctx context.Context, conn *zk.Conn, rdb redis.UniversalClient, masters []redis.UniversalClient) error {
