@@ -99,12 +99,14 @@ func parseClient(args []string) (clientConfig, error) {
 		return c, fmt.Errorf("chaos client: unknown backend %q", c.backend)
 	case len(c.addrs) == 0, c.out == "", c.proc == "":
 		return c, errors.New("chaos client: -addrs, -out and -proc are required")
-	case !isIDBackend(c.backend) && c.resource == "":
+	case hasResource(c.backend) && c.resource == "":
 		return c, errors.New("chaos client: -resource is required")
 	case c.owners != "call" && c.owners != "goroutine":
 		return c, fmt.Errorf("chaos client: -owners %q: want call or goroutine", c.owners)
 	case c.backend == "ids" && (c.ctl == "" || c.idsOut == "" || len(c.addrs) < 2 || c.rate < 0):
 		return c, errors.New("chaos client: ids needs -ctl, -ids, ZooKeeper and Redis -addrs, -rate not negative")
+	case c.backend == "bank" && len(c.addrs) != 2:
+		return c, errors.New("chaos client: bank needs the MariaDB and PostgreSQL DSNs in -addrs")
 	case c.backend == "sqlid" && (c.idsOut == "" || len(c.addrs) != 2 || c.rate < 0):
 		return c, errors.New("chaos client: sqlid needs -ids, the MariaDB and PostgreSQL DSNs in -addrs, -rate not negative")
 	case c.keys < 1 || c.workers < 1 || c.ttl <= 0 || c.session <= 0 || c.hold < 0:
@@ -119,7 +121,7 @@ func parseClient(args []string) (clientConfig, error) {
 
 func validBackend(b string) bool {
 	switch b {
-	case "lock", "fair", "redlock", "zk", "ids", "election", "sql", "sem", "sqlid":
+	case "lock", "fair", "redlock", "zk", "ids", "election", "sql", "sem", "sqlid", "bank":
 		return true
 	}
 	return false
@@ -153,6 +155,8 @@ func runClient(args []string) error {
 		return runIDs(ctx, cfg, rec)
 	case "sqlid":
 		return runSQLIDs(ctx, cfg, rec)
+	case "bank":
+		return runBank(ctx, cfg, rec)
 	}
 
 	var ctl *zkControl

@@ -71,7 +71,7 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 	if e.faults, err = newFaultLog(filepath.Join(dir, "faults.jsonl")); err != nil {
 		return e, err
 	}
-	if !isIDBackend(cfg.backend) { // the ID workloads have no protected resource
+	if hasResource(cfg.backend) { // the ID and bank workloads have none
 		if e.resource, err = testserver.NewRedis(); err != nil {
 			return e, err
 		}
@@ -82,15 +82,22 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 		if e.redis, err = testserver.NewRedisMasters(1); err != nil {
 			return e, err
 		}
-	case "sql", "sqlid":
-		if e.sql, err = newSQLServers(); err != nil {
+	case "sql", "sqlid", "bank":
+		var opts []testserver.SQLOption
+		if cfg.backend == "bank" { // XA needs prepared transactions, off by default
+			opts = append(opts, testserver.WithServerArgs("-c", "max_prepared_transactions=64"))
+		}
+		if e.sql, err = newSQLServers(opts...); err != nil {
 			return e, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if cfg.backend == "sql" {
+		switch cfg.backend {
+		case "sql":
 			err = e.sql.createLockTables(ctx)
-		} else {
+		case "sqlid":
 			err = e.sql.createSQLIDTables(ctx)
+		default:
+			err = e.sql.createBankTables(ctx)
 		}
 		cancel()
 		if err != nil {
@@ -158,7 +165,9 @@ func (e *env) spawn(s *slot) error {
 	for _, p := range s.proxies {
 		addrs = append(addrs, p.Addr())
 	}
-	if e.sql != nil {
+	if e.cfg.backend == "bank" {
+		addrs = bankDSNs(e.sql.my, e.sql.pg, addrs[0], addrs[1])
+	} else if e.sql != nil {
 		addrs = sqlDSNs(e.sql.my, e.sql.pg, addrs[0], addrs[1])
 	}
 	proc := s.proc()

@@ -121,6 +121,8 @@ func faultKinds(backend string) []string {
 		return append(common, fSQLRestart, fSQLRowLock)
 	case "sqlid":
 		return append(common, fSQLRestart, fSQLIDRollback)
+	case "bank":
+		return append(common, fSQLRestart)
 	}
 	return nil
 }
@@ -273,7 +275,7 @@ func serverCount(backend string) int {
 		return 5
 	case "zk", "ids":
 		return 3 // ids: ZooKeeper nodes; its one Redis takes any index
-	case "sql", "sqlid":
+	case "sql", "sqlid", "bank":
 		return 2 // MariaDB, PostgreSQL
 	}
 	return 1
@@ -367,7 +369,8 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		// The paused holder: wait (up to a second) until the process
 		// holds a lock, so the pause lands inside a critical section.
 		// (A process of the ids backend holds its worker IDs throughout.)
-		if !isIDBackend(e.cfg.backend) {
+		// (A process of the bank backend is always inside transfers.)
+		if hasResource(e.cfg.backend) {
 			e.waitHolding(ctx, f.Proc, time.Second)
 		}
 		if err = sl.signal(syscall.SIGSTOP); err != nil {

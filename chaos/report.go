@@ -33,7 +33,7 @@ func newReport(meta runMeta, r *Result, check time.Duration) *Report {
 		CheckTime: check.Round(time.Millisecond).String(), Sections: r.Sections, Procs: r.Procs,
 		Faults: meta.Faults, Missing: meta.Missing, Anomalies: r.Anomalies, Documented: r.Documented, Info: r.Info,
 		Linear: linearSummary(r.Linear), Violations: r.Violations, IDs: r.Info[iIDs]}
-	if isIDBackend(meta.Backend) || meta.Backend == "sem" {
+	if isIDBackend(meta.Backend) || meta.Backend == "sem" || meta.Backend == "bank" {
 		rep.Linear = "n/a"
 	}
 	for _, n := range meta.Faults {

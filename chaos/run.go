@@ -113,7 +113,7 @@ var profiles = map[string]runConfig{
 		// zk: 5 s more for zk-notify-partition (about 3.6 s) beside its 7 other kinds.
 		// sql, sem, sqlid: 15-20 s, so that make test stays within 4 minutes.
 		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second,
-			"sql": 20 * time.Second, "sem": 15 * time.Second, "sqlid": 15 * time.Second}, idRate: 20_000,
+			"sql": 20 * time.Second, "sem": 15 * time.Second, "sqlid": 15 * time.Second, "bank": 15 * time.Second}, idRate: 20_000,
 		// ids in the contention mode: a worker ID's hand-over to another
 		// process, the clocks skewed, is where the marks and the lease
 		// deadline matter (mutants 17, 18, 25); the long profile runs both.
@@ -133,7 +133,7 @@ var profiles = map[string]runConfig{
 		// sqlid and ids-contend.
 		durs: map[string]time.Duration{"lock": 130 * time.Second, "fair": 160 * time.Second,
 			"redlock": 300 * time.Second, "zk": 330 * time.Second, "ids": 40 * time.Second,
-			"sem": 30 * time.Second, "sql": 45 * time.Second, "sqlid": 25 * time.Second},
+			"sem": 30 * time.Second, "sql": 45 * time.Second, "sqlid": 25 * time.Second, "bank": 60 * time.Second},
 		idRate: 40_000, reenter: 0.05, longKeys: true, contendToo: true},
 }
 
@@ -143,7 +143,7 @@ var profiles = map[string]runConfig{
 // which make test's 4 minutes do not hold.
 var (
 	allBackends  = []string{"lock", "fair", "redlock", "zk", "ids", "sem"}
-	longBackends = []string{"sql", "sqlid"}
+	longBackends = []string{"sql", "sqlid", "bank"}
 )
 
 func runMain(args []string) (int, error) {
@@ -152,7 +152,7 @@ func runMain(args []string) (int, error) {
 	}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	profile := fs.String("profile", "short", "short or long")
-	backends := fs.String("backend", "", "comma-separated backends: lock, fair, redlock, zk, ids, sem (the Redis semaphore), sql (sqllock on MariaDB and PostgreSQL), sqlid (sqlid segments on MariaDB and PostgreSQL), and election (never by default: leader election over the Redis lock) (default: "+strings.Join(allBackends, ",")+"; the long profile also "+strings.Join(longBackends, ",")+")")
+	backends := fs.String("backend", "", "comma-separated backends: lock, fair, redlock, zk, ids, sem (the Redis semaphore), sql (sqllock on MariaDB and PostgreSQL), sqlid (sqlid segments on MariaDB and PostgreSQL), bank (txn transfers between MariaDB and PostgreSQL), and election (never by default: leader election over the Redis lock) (default: "+strings.Join(allBackends, ",")+"; the long profile also "+strings.Join(longBackends, ",")+")")
 	seed := fs.Uint64("seed", 0, "seed of the schedules (0: from the clock; printed)")
 	dur := fs.Duration("dur", 0, "load phase per backend (0: the profile's)")
 	faults := fs.Int("faults", 0, "faults per backend at most (0: the profile's)")
@@ -269,7 +269,7 @@ func runMain(args []string) (int, error) {
 		if cfg.long == 0 {
 			cfg.long = backendLong[b]
 		}
-		if !isIDBackend(b) {
+		if hasResource(b) {
 			// The quiet period outlasts the docs' liveness bound, the load
 			// phase grown by as much, so the faults keep their window.
 			q := max(cfg.quiet, livenessBound(b, cfg.maxLife())+time.Second)
@@ -356,7 +356,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
-		if !isIDBackend(cfg.backend) {
+		if hasResource(cfg.backend) {
 			// The schedule ends with a holder killed: the quiet period
 			// then shows that a vanished holder frees its keys within the
 			// docs' bound, whatever faults came before (a later wipe would
@@ -379,6 +379,10 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
 		meta.StopAt = monoNow()
 		e.stopClients(15 * time.Second)
+		if cfg.backend == "bank" {
+			// Recovery by a new process, then the databases' state.
+			return e.bankFinish(dir)
+		}
 		if e.resource == nil {
 			return nil
 		}
@@ -408,6 +412,9 @@ func checkDir(dir string) (*Report, error) {
 	}
 	if isIDBackend(meta.Backend) {
 		return checkIDsDir(dir, meta)
+	}
+	if meta.Backend == "bank" {
+		return checkBankDir(dir, meta)
 	}
 	var res Resource
 	if err := readJSON(filepath.Join(dir, "resource.json"), &res); err != nil {

@@ -303,16 +303,16 @@ type sqlServers struct {
 	pgDB *sql.DB
 }
 
-// newSQLServers starts MariaDB and PostgreSQL and opens the
+// newSQLServers starts MariaDB and PostgreSQL (with pgOpts) and opens the
 // orchestrator's pools (no idle connections kept: a fault's session ends
 // with it).
-func newSQLServers() (*sqlServers, error) {
+func newSQLServers(pgOpts ...testserver.SQLOption) (*sqlServers, error) {
 	s := &sqlServers{}
 	var err error
 	if s.my, err = testserver.NewMariaDB(); err != nil {
 		return nil, err
 	}
-	if s.pg, err = testserver.NewPostgres(); err != nil {
+	if s.pg, err = testserver.NewPostgres(pgOpts...); err != nil {
 		s.close()
 		return nil, err
 	}
