@@ -277,6 +277,7 @@
 //		return m.RecoverLoop(ctx, 5*time.Second)
 //	})
 //
-// There is no operator command to list stuck transactions yet:
-// Manager.Stuck lists them.
+// Manager.Stuck lists the stuck transactions, and so does the operator
+// command "coordctl txn stuck --mysql DSN" (or --postgres URL), with the
+// state each was stuck in, its branches and the reason.
 package txn
