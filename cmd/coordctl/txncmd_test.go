@@ -18,7 +18,8 @@ import (
 // TestTxnStuck: "txn stuck" lists a transaction whose compensation kept
 // failing until the deadline, with the state it was stuck in, its
 // branches and the reason, in text and JSON; a log with none says so; a
-// missing log is a failure, a missing or doubled database a usage error.
+// missing log is a failure, a missing or doubled database a usage error;
+// a log in PostgreSQL is listed through --postgres.
 func TestTxnStuck(t *testing.T) {
 	maria := testserver.StartMariaDB(t)
 	dsn := maria.DSN()
@@ -93,6 +94,35 @@ func TestTxnStuck(t *testing.T) {
 		!strings.Contains(errOut, "txn") {
 		t.Errorf("missing log: exit %d, %q; want %d", code, errOut, exitFailure)
 	}
+	// The log in PostgreSQL: the same listing through --postgres.
+	pg := testserver.StartPostgres(t)
+	pdb, err := sql.Open("pgx", pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pdb.Close() })
+	mp, err := txn.New(pdb, sqllock.Postgres, txn.IDFunc(func() int64 { next++; return next }),
+		txn.WithRetry(func(int) time.Duration { return 10 * time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mp.CreateTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mp.RegisterSaga("refund", txn.SagaStep{Action: func(context.Context, txn.Branch) error {
+		return errors.New("ledger down")
+	}, Compensate: ok}); err != nil {
+		t.Fatal(err)
+	}
+	pgid, err := mp.Run(ctx, "refund", nil, 300*time.Millisecond)
+	if !errors.Is(err, txn.ErrStuck) {
+		t.Fatalf("Run on PostgreSQL: %v, want txn.ErrStuck", err)
+	}
+	if code, out, errOut := runCLI(t, nil, "txn", "stuck", "--postgres", pg.DSN()); code != exitOK ||
+		!strings.Contains(out, strconv.FormatInt(pgid, 10)) || !strings.Contains(out, "branch 0 action still failing at the deadline: ledger down") {
+		t.Errorf("--postgres: exit %d, %q, %q", code, out, errOut)
+	}
+
 	for _, args := range [][]string{{}, {"--mysql", dsn, "--postgres", "postgres://x@127.0.0.1/x"}, {"--mysql", dsn, "--limit", "0"}} {
 		if code, _, _ := runCLI(t, nil, append([]string{"txn", "stuck"}, args...)...); code != exitUsage {
 			t.Errorf("%q: exit %d, want %d", args, code, exitUsage)
