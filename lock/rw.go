@@ -25,7 +25,7 @@ import (
 var ErrUpgrade = errors.New("lock: a reader cannot take the write side (release the read side first)")
 
 // RWLocker is the read-write lock of a backend: its two sides, each a
-// Locker. RW (Redis) and zklock.Client implement it.
+// Locker. RW (Redis), zklock.Client and etcdlock.Client implement it.
 type RWLocker interface {
 	Read() Locker
 	Write() Locker

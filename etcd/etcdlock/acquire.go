@@ -71,8 +71,11 @@ func (c *Client) obtain(ctx context.Context, key string, opts []lock.Option, blo
 	if err := c.enter(ctx, key, block); err != nil {
 		return nil, err
 	}
+	q := queue{key: key, pfx: c.prefix + "/" + key + "/", slot: true}
+	q.first = q.pfx
+	q.path = func(g *generation) string { return fmt.Sprintf("%s%x", q.pfx, int64(g.id)) }
 	for {
-		h, reaping, err := c.acquire(ctx, key, owner, block)
+		h, reaping, err := c.acquire(ctx, q, owner, block)
 		c.mu.Lock()
 		if err == nil && c.closed {
 			// Close revoked (or is revoking) the lease, and the key with it.
@@ -106,15 +109,31 @@ func (c *Client) obtain(ctx context.Context, key string, opts []lock.Option, blo
 	}
 }
 
-// acquire queues a hold key for key on the Client's lease and, if block,
-// waits until it is the first (the lowest create revision) under the key's
-// prefix. It returns the hold, with its generation and token set. When
-// the creation's outcome is unknown, it returns reaping: the hold key is
-// being deleted in the background, which gives the key's slot back when
-// done, so that no later attempt of this Client makes the same key
-// meanwhile.
-func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h *hold, reaping bool, err error) {
-	pfx := c.prefix + "/" + key + "/"
+// queue says where an attempt puts its hold key and which keys it waits
+// for.
+type queue struct {
+	key string
+	pfx string // "<prefix>/<key>/" (mutex), "<prefix>.rw/<key>/" (read-write lock)
+	// first is the prefix of the keys that a hold key waits for when they
+	// were made before it: pfx for an exclusive hold (every key), the
+	// writers' "<pfx>w/" for a reader.
+	first string
+	// path is the hold key on g's lease.
+	path func(g *generation) string
+	// slot: the attempt holds key's slot (the mutex: one hold key per
+	// Client and key); a creation of unknown outcome keeps it until its
+	// key is deleted.
+	slot bool
+}
+
+// acquire queues a hold key for q on the Client's lease and, if block,
+// waits until no key under q.first has a lower create revision. It returns
+// the hold, with its generation and token set. When the creation's
+// outcome is unknown, it returns reaping: the hold key is being deleted in
+// the background, which (q.slot) gives the key's slot back when done, so
+// that no later attempt of this Client makes the same key meanwhile.
+func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool) (h *hold, reaping bool, err error) {
+	key := q.key
 	pause := 20 * time.Millisecond
 	for {
 		g, err := c.lease(ctx)
@@ -127,8 +146,8 @@ func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h 
 			}
 			continue
 		}
-		path := fmt.Sprintf("%s%x", pfx, int64(g.id))
-		rev, first, err := c.create(ctx, pfx, path, owner, g)
+		path := q.path(g)
+		rev, first, err := c.create(ctx, q.first, path, owner, g)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			// The server revoked or expired the lease: no hold is
@@ -143,14 +162,14 @@ func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h 
 			// key (same lease) is made at most once, its transaction being
 			// conditional on its absence, and one found is made anew.
 			if err := c.sleep(ctx, &pause); err != nil {
-				c.abandonUnknown(key, path)
+				c.abandonUnknown(q, path)
 				return nil, true, err
 			}
 			continue
 		case errors.Is(err, errUnknown):
 			// The creation's outcome is unknown: delete what it may have
 			// made before the slot is free for this Client's next try.
-			c.abandonUnknown(key, path)
+			c.abandonUnknown(q, path)
 			if ctx.Err() != nil {
 				return nil, true, notObtained(ctx)
 			}
@@ -169,7 +188,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h 
 			c.abandon(path, rev)
 			return nil, false, lock.ErrNotObtained
 		}
-		err = c.await(ctx, pfx, path, rev, g)
+		err = c.await(ctx, q.first, path, rev, g)
 		switch {
 		case err == nil:
 			return &hold{key: key, path: path, token: rev, gen: g, lost: make(chan struct{})}, false, nil
@@ -186,17 +205,18 @@ func (c *Client) acquire(ctx context.Context, key, owner string, block bool) (h 
 var errUnknown = errors.New("etcdlock: no answer to the hold key's creation")
 
 // create makes the hold key path on g's lease, with owner as its value,
-// if it does not exist, and reads the first hold key under pfx: one
-// transaction, one round trip. It runs detached from ctx (bounded by
+// if it does not exist, and reads the first key under first: one
+// transaction, one round trip. It reports whether that key is path itself
+// or none was made before it (first is then true: the lock is held). It runs detached from ctx (bounded by
 // opTimeout), so that its outcome is known when ctx ends meanwhile. A
 // leftover path (a deletion that failed) is deleted and created anew, so
 // that every acquisition has a new create revision.
-func (c *Client) create(ctx context.Context, pfx, path, owner string, g *generation) (rev int64, first bool, err error) {
+func (c *Client) create(ctx context.Context, before, path, owner string, g *generation) (rev int64, first bool, err error) {
 	for {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		resp, err := c.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
-			Then(clientv3.OpPut(path, owner, clientv3.WithLease(g.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Then(clientv3.OpPut(path, owner, clientv3.WithLease(g.id)), clientv3.OpGet(before, clientv3.WithFirstCreate()...)).
 			Else(clientv3.OpGet(path)).
 			Commit()
 		cancel()
@@ -220,14 +240,15 @@ func (c *Client) create(ctx context.Context, pfx, path, owner string, g *generat
 		}
 		rev = resp.Header.Revision
 		kvs := resp.Responses[1].GetResponseRange().Kvs
-		return rev, len(kvs) > 0 && kvs[0].CreateRevision == rev, nil
+		return rev, len(kvs) == 0 || kvs[0].CreateRevision >= rev, nil
 	}
 }
 
-// await waits until the hold key path (create revision rev) is the first
-// under pfx. It watches only its predecessor, the key with the highest
-// create revision below rev, for its deletion, and then looks again: a
-// release wakes one waiter (no herd). It returns errRestart if path is
+// await waits until no key under pfx has a create revision below rev, the
+// one of the hold key path. It watches only its predecessor, the key under
+// pfx with the highest create revision below rev, for its deletion, and
+// then looks again: a release wakes one waiter (no herd; all the readers
+// behind a writer). It returns errRestart if path is
 // gone (its lease with it), the error of ctx's end, or ErrClosed.
 func (c *Client) await(ctx context.Context, pfx, path string, rev int64, g *generation) error {
 	pause := 20 * time.Millisecond
@@ -294,13 +315,15 @@ func (c *Client) watchDeletion(ctx context.Context, key string, from int64, g *g
 }
 
 // abandonUnknown deletes, in the background, the hold key path that a
-// creation of unknown outcome may have made, and then gives key's slot
-// back: until then, no attempt of this Client makes that key.
-func (c *Client) abandonUnknown(key, path string) {
+// creation of unknown outcome may have made, and then (q.slot) gives the
+// key's slot back: until then, no attempt of this Client makes that key.
+func (c *Client) abandonUnknown(q queue, path string) {
 	c.reapThen(path, func() {
-		c.mu.Lock()
-		c.leaveLocked(key)
-		c.mu.Unlock()
+		if q.slot {
+			c.mu.Lock()
+			c.leaveLocked(q.key)
+			c.mu.Unlock()
+		}
 	})
 }
 

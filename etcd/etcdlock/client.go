@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -43,12 +44,13 @@ type Client struct {
 	wg   sync.WaitGroup
 
 	granting chan struct{} // a semaphore of one: one Grant in flight at a time
+	seq      atomic.Uint64 // numbers the read-write lock's hold keys
 
 	mu     sync.Mutex // protects the fields below, every generation's until, why and holds, every hold's mutable fields, every slot's refs
 	closed bool
 	gen    *generation        // the lease new holds use; nil before the first, and after its loss
 	slots  map[string]*slot   // per key: this Client's one hold or attempt at a time
-	owned  map[ownedKey]*hold // the live holds of ctx owners, for re-entry
+	owned  map[ownedKey]*hold // the live holds of ctx owners, for re-entry (a writer's hold also under its 'r' side while it has reads)
 }
 
 // generation is one etcd lease of the Client.
@@ -79,7 +81,12 @@ type slot struct {
 	refs int // the owners holding or waiting for ch; protected by Client.mu
 }
 
-type ownedKey struct{ owner, key string }
+// ownedKey names an owner's hold of a key: side is 0 for the mutex
+// (Obtain), 'r' and 'w' for the two sides of the read-write lock.
+type ownedKey struct {
+	owner, key string
+	side       byte
+}
 
 // New returns a Client that locks keys on the etcd cluster cli talks to,
 // under WithPrefix's prefix, with one lease of WithTTL's TTL for all its

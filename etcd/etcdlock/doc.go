@@ -1,7 +1,8 @@
 // Package etcdlock is a lock on etcd: a fair (FIFO) mutual exclusion lock
 // whose holds live as long as the Client's etcd lease, with the hold key's
-// create revision as the fencing token. *Client implements lock.Locker, so
-// lock.Do works with it.
+// create revision as the fencing token, and a read-write lock on the same
+// recipe. *Client implements lock.Locker, and so do Client.Read and
+// Client.Write (lock.RWLocker), so lock.Do works with each of them.
 //
 // Give New an etcd client (go.etcd.io/etcd/client/v3):
 //
@@ -120,9 +121,45 @@
 // that; a creation the server applies after that deletion would leave a
 // key that holds or queues until the lease ends (Close, or loss).
 //
+// # The read-write lock
+//
+// Client.Read and Client.Write are the two sides of a read-write lock per
+// key, another lock than the mutex of the same key (Obtain): its hold keys
+// live under "<prefix>.rw/<key>/", readers' under "r/", writers' under
+// "w/". Each attempt makes a hold key of its own (one Client may hold the
+// read side of a key for several owners at once), by the same transaction
+// carrying the lease, and the key's create revision is the lease's token
+// (a reader's too: larger for every new acquisition of either side). A
+// writer holds when no key at all was made before its own, and otherwise
+// watches the key just before it; a reader holds when no writer's key was
+// made before its own, and otherwise watches the last writer's key before
+// it. Both are served in create revision order: a reader that comes after
+// a waiting writer waits for it (writers are not starved), and the readers
+// between two writers enter together. A release wakes the keys that watch
+// it only: a writer's, the readers right behind it; a reader's, the writer
+// right behind it, if it was the last reader before that writer.
+//
+// Re-entry is by owner within a Client, as for the mutex, per side. An
+// owner that holds the write side may take the read side, at once: a level
+// of its write hold (same token), whose key stays, exclusive, until the
+// owner has released both sides, so that no writer queued behind enters
+// while the owner reads; the read side does not outlive the write key (no
+// shared read after a downgrade). An owner that holds the read side and
+// asks for the write side gets ErrUpgrade (lock.ErrUpgrade): two readers
+// doing so would wait for each other for ever; this holds too once the
+// write levels of a writer's hold are released and only its reads remain.
+// Several concurrent Obtains of one owner on one side do not re-enter each
+// other: the second queues behind the first. Losses are the mutex's: every
+// hold on the Client's lease, of either side, is lost with it.
+//
 // # Schema
 //
-//	<prefix>/<key>/<lease hex>   value: the owner (or ""), lease: the Client's; one per Client and key
+//	<prefix>/<key>/<lease hex>         value: the owner (or ""), lease: the Client's; one per Client and key (mutex)
+//	<prefix>.rw/<key>/w/<lease hex>-<n>  a writer's hold key: value the owner, lease the Client's; n numbers the Client's attempts
+//	<prefix>.rw/<key>/r/<lease hex>-<n>  a reader's hold key, the same
+//
+// A Client with the prefix "<prefix>.rw" would meet the read-write locks of
+// a Client with the prefix "<prefix>": do not use both.
 //
 // Keys may not be empty, hold '/', or be longer than MaxKeyLen bytes
 // (ErrInvalidKey): a '/' would put one key's holds under another's prefix.

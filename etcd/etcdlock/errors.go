@@ -26,6 +26,11 @@ var (
 	// closed, and is the reason of the loss of the leases Close ends
 	// (Lease.Err). It matches lock.ErrClosed.
 	ErrClosed = fmt.Errorf("etcdlock: client closed: %w", lock.ErrClosed)
+	// ErrUpgrade is returned by the write side of the read-write lock
+	// (Client.Write) when ctx's owner holds the key's read side on this
+	// Client: two readers doing so would wait for each other for ever.
+	// It matches lock.ErrUpgrade.
+	ErrUpgrade = fmt.Errorf("etcdlock: write lock requested by an owner that holds the read lock (upgrade would deadlock): %w", lock.ErrUpgrade)
 	// ErrLeaseLost is the reason of a lease's loss (Lease.Err) when the
 	// Client's etcd lease ended or may have: the server refused a
 	// keep-alive (the lease was revoked or expired), or no keep-alive was

@@ -23,7 +23,9 @@ type hold struct {
 	owned bool     // hk is in Client.owned
 
 	// Protected by Client.mu.
-	count  int
+	count  int  // the levels held (both sides, for a writer's hold)
+	writes int  // a writer's hold: the levels of the write side among count
+	reads  bool // a writer's hold: also registered as its owner's read side
 	isLost bool
 	why    error // the reason of the loss, set before lost is closed
 	inSlot bool  // the hold still has its key's slot
@@ -34,6 +36,7 @@ type hold struct {
 type Lease struct {
 	c        *Client
 	h        *hold
+	write    bool // a level of the read-write lock's write side
 	released atomic.Bool
 }
 
@@ -99,6 +102,13 @@ func (l *Lease) Release(ctx context.Context) error {
 		c.mu.Unlock()
 		return lock.ErrNotHeld
 	}
+	if l.write {
+		if h.writes--; h.writes == 0 && h.owned && c.owned[h.hk] == h {
+			// The owner keeps only reads on this hold: taking the
+			// write side again is an upgrade (ErrUpgrade).
+			delete(c.owned, h.hk)
+		}
+	}
 	if h.count--; h.count > 0 {
 		c.mu.Unlock()
 		return nil
@@ -124,6 +134,9 @@ func (c *Client) dropLocked(h *hold) {
 	delete(h.gen.holds, h)
 	if h.owned && c.owned[h.hk] == h {
 		delete(c.owned, h.hk)
+	}
+	if rk := (ownedKey{h.hk.owner, h.hk.key, 'r'}); h.reads && c.owned[rk] == h {
+		delete(c.owned, rk)
 	}
 }
 

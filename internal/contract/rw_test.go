@@ -1,214 +1,35 @@
 package contract_test
 
 import (
-	"context"
-	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/contract"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/zklock"
 )
 
-// rwBackends are the read-write locks: Redis (lock.RW) and ZooKeeper.
-func rwBackends() []struct {
-	name string
-	open func(t *testing.T) (lock.RWLocker, func() error)
-} {
-	return []struct {
-		name string
-		open func(t *testing.T) (lock.RWLocker, func() error)
-	}{
-		{"lock.RW", func(t *testing.T) (lock.RWLocker, func() error) {
+// TestRW runs the read-write lock's checks (contract.RunRW) against Redis
+// (lock.RW) and ZooKeeper; the etcd module's tests run them against
+// etcdlock.Client.
+func TestRW(t *testing.T) {
+	for _, b := range []contract.RWBackend{
+		{Name: "lock.RW", Open: func(t *testing.T) lock.RWLocker {
 			rdb := single.NewClient()
 			rw := lock.NewRW(rdb)
 			t.Cleanup(func() { rw.Close(); rdb.Close() })
-			return rw, rw.Close
+			return rw
 		}},
-		{"zklock.Client", func(t *testing.T) (lock.RWLocker, func() error) {
+		{Name: "zklock.Client", Open: func(t *testing.T) lock.RWLocker {
 			conn := zkSrv.DialT(t, 4*time.Second, nil)
 			c, err := zklock.New(conn.Conn, zklock.WithRoot("/contract-rw"), zklock.WithSessionTimeout(4*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { c.Close() })
-			return c, c.Close
+			return c
 		}},
-	}
-}
-
-// TestRWContract: readers share; a writer excludes readers and writers;
-// the owner re-enters either side and may take the read side while
-// writing; a reader asking for the write side gets lock.ErrUpgrade; the
-// writer's tokens increase; a waiting writer is served before a reader
-// that comes after it (no writer starvation); a mixed load never lets a
-// writer in beside anyone.
-func TestRWContract(t *testing.T) {
-	for _, b := range rwBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := ctxFor(t, 30*time.Second)
-			key := newKey(t)
-			a, _ := b.open(t)
-			other, _ := b.open(t)
-			actx := lock.WithOwner(ctx, "a")
-			octx := lock.WithOwner(ctx, "o")
-
-			r1, err := a.Read().Obtain(actx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r2, err := other.Read().TryObtain(octx, key)
-			if err != nil {
-				t.Fatalf("second reader: %v", err)
-			}
-			if _, err := other.Write().TryObtain(lock.WithOwner(ctx, "w"), key); !errors.Is(err, lock.ErrNotObtained) {
-				t.Fatalf("writer while read: %v", err)
-			}
-			if _, err := a.Write().TryObtain(actx, key); !errors.Is(err, lock.ErrUpgrade) {
-				t.Fatalf("upgrade: %v, want lock.ErrUpgrade", err)
-			}
-			r1.Release(ctx)
-			r2.Release(ctx)
-
-			w1, err := a.Write().Obtain(actx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w2, err := a.Write().Obtain(actx, key) // re-entry
-			if err != nil || w2.Token() != w1.Token() {
-				t.Fatalf("write re-entry: %v, token %d vs %d", err, w2.Token(), w1.Token())
-			}
-			down, err := a.Read().Obtain(actx, key) // the writer takes the read side
-			if err != nil {
-				t.Fatalf("downgrade: %v", err)
-			}
-			if _, err := other.Read().TryObtain(octx, key); !errors.Is(err, lock.ErrNotObtained) {
-				t.Fatalf("reader while written: %v", err)
-			}
-			w2.Release(ctx)
-			w1.Release(ctx)
-			down.Release(ctx)
-
-			w3, err := other.Write().Obtain(octx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if w3.Token() <= w1.Token() {
-				t.Fatalf("writer token %d not above %d", w3.Token(), w1.Token())
-			}
-			w3.Release(ctx)
-		})
-	}
-}
-
-// TestRWWriterNotStarved: readers keep the read side busy (each reader
-// waits for the next to enter before it leaves); a writer that comes must
-// still get in, and a reader that comes after the writer waits for it.
-func TestRWWriterNotStarved(t *testing.T) {
-	for _, b := range rwBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := ctxFor(t, 30*time.Second)
-			key := newKey(t)
-			readers, _ := b.open(t)
-			writer, _ := b.open(t)
-			r, err := readers.Read().Obtain(lock.WithOwner(ctx, "r0"), key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan time.Time, 1)
-			go func() {
-				w, err := writer.Write().Obtain(lock.WithOwner(ctx, "w"), key)
-				if err != nil {
-					t.Error(err)
-					got <- time.Time{}
-					return
-				}
-				got <- time.Now()
-				time.Sleep(100 * time.Millisecond)
-				w.Release(ctx)
-			}()
-			time.Sleep(200 * time.Millisecond) // the writer waits
-			late := make(chan time.Time, 1)
-			go func() {
-				l, err := readers.Read().Obtain(lock.WithOwner(ctx, "r1"), key)
-				if err != nil {
-					t.Error(err)
-					late <- time.Time{}
-					return
-				}
-				late <- time.Now()
-				l.Release(ctx)
-			}()
-			time.Sleep(200 * time.Millisecond)
-			r.Release(ctx)
-			wAt, rAt := <-got, <-late
-			if wAt.IsZero() || rAt.IsZero() {
-				t.FailNow()
-			}
-			if !rAt.After(wAt) {
-				t.Fatalf("the reader that came after the waiting writer entered first")
-			}
-		})
-	}
-}
-
-// TestRWExclusion: 2 writers and 4 readers on 2 clients each: a writer is
-// never in beside anyone, readers do overlap.
-func TestRWExclusion(t *testing.T) {
-	for _, b := range rwBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := ctxFor(t, 30*time.Second)
-			key := newKey(t)
-			var readers, writers, bad, maxReaders atomic.Int64
-			deadline := time.Now().Add(2 * time.Second)
-			var wg sync.WaitGroup
-			for c := range 2 {
-				rw, _ := b.open(t)
-				for g := range 3 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						side := rw.Read()
-						if g == 0 {
-							side = rw.Write()
-						}
-						for time.Now().Before(deadline) {
-							l, err := side.Obtain(lock.WithOwner(context.Background(), lock.NewOwner()), key)
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if g == 0 {
-								if writers.Add(1) > 1 || readers.Load() > 0 {
-									bad.Add(1)
-								}
-								time.Sleep(time.Millisecond)
-								writers.Add(-1)
-							} else {
-								n := readers.Add(1)
-								if writers.Load() > 0 {
-									bad.Add(1)
-								}
-								for m := maxReaders.Load(); n > m && !maxReaders.CompareAndSwap(m, n); m = maxReaders.Load() {
-								}
-								time.Sleep(2 * time.Millisecond)
-								readers.Add(-1)
-							}
-							l.Release(ctx)
-						}
-						_ = c
-					}()
-				}
-			}
-			wg.Wait()
-			if bad.Load() != 0 {
-				t.Fatalf("%d sections with a writer beside another holder", bad.Load())
-			}
-			if maxReaders.Load() < 2 {
-				t.Fatalf("readers never overlapped (at most %d at once)", maxReaders.Load())
-			}
-		})
+	} {
+		t.Run(b.Name, func(t *testing.T) { contract.RunRW(t, b) })
 	}
 }
