@@ -1,7 +1,8 @@
 // Package election elects one leader among the instances of a service, on
-// any lock.Locker: lock.Client (Redis), redlock.Client, zklock.Client and
+// any lock.Locker: lock.Client (Redis), redlock.Client, zklock.Client,
 // sqllock.Client (MySQL/MariaDB and PostgreSQL: session locks and the
-// lease table), with the guarantees of the lock underneath. It is the shape
+// lease table) and etcdlock.Client (the etcd module), with the guarantees
+// of the lock underneath. It is the shape
 // of etcd's Election, Curator's LeaderLatch and Kubernetes' leaderelection
 // for fleets that already run coordkit's locks: a singleton job (one
 // instance drains the outbox, one runs the scheduler) wrapped in Run, which
@@ -45,7 +46,8 @@
 //     session's window; sqllock: a session lock at the next check, TTL/3,
 //     after its session ended, and within the TTL of the last check when
 //     the database cannot be reached; the lease table within the TTL of
-//     the last renewal). Two instances can both believe they lead only
+//     the last renewal; etcdlock: 2T/3 after the send of the last
+//     keep-alive the server answered, T its lease's TTL). Two instances can both believe they lead only
 //     while a paused or cut-off leader has not yet seen Done: exactly the
 //     window in which its lock could be held by another.
 //   - Term tokens are the lock's fencing tokens: every term's is larger than
@@ -76,10 +78,10 @@
 // retried in the background, succeeds or the session ends.
 //
 // Leader asks the locker who holds the key (lock.Client, redlock.Client,
-// zklock.Client and sqllock.Client have a Holder method: on Redis the
-// hold's owner field, on Redlock the owner on a quorum of masters, on
-// ZooKeeper the lock node's data, on SQL the owner column of the lock's
-// fencing row or lease row) and returns the identity part of the owner;
+// zklock.Client, sqllock.Client and etcdlock.Client have a Holder method:
+// on Redis the hold's owner field, on Redlock the owner on a quorum of
+// masters, on ZooKeeper the lock node's data, on SQL the owner column of
+// the lock's fencing row or lease row, on etcd the first hold key's value) and returns the identity part of the owner;
 // Observe and Run's OnNewLeader callback poll it every observe period.
 //
 // # When not to use it

@@ -68,7 +68,8 @@ func WithIdentity(id string) Option { return func(o *options) { o.identity = id 
 
 // WithTTL sets the TTL of each term's lease (lock.WithTTL): how long a
 // leader that stops without resigning (a crash, a pause) keeps the others
-// waiting. Default: the locker's default TTL (zklock: the session).
+// waiting. Default: the locker's default TTL (zklock: the session; etcdlock:
+// the Client's lease, whatever d is).
 func WithTTL(d time.Duration) Option {
 	return func(o *options) { o.lockOpts = append(o.lockOpts, lock.WithTTL(d)) }
 }

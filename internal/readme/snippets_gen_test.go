@@ -67,7 +67,7 @@ func snippetWorkerID(ctx context.Context, conn *zk.Conn, rdb redis.UniversalClie
 }
 
 func snippetSingleton(ctx context.Context, conn *zk.Conn, rdb redis.UniversalClient, masters []redis.UniversalClient, locker lock.Locker) error {
-	e, err := election.New(locker, "outbox-drainer") // locker: lock.New, redlock.New, zklock.New or sqllock's
+	e, err := election.New(locker, "outbox-drainer") // locker: lock.New, redlock.New, zklock.New, sqllock's or etcdlock.New
 	err = e.Run(ctx, func(ctx context.Context, term *election.Term) error {
 		// Only the leader runs this, until ctx is cancelled: the lead is lost, or Run's ctx ended.
 		return drainOutbox(ctx, term.Token()) // the token lets the store refuse a deposed leader
