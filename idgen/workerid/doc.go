@@ -3,7 +3,9 @@
 // PostgreSQL (SQLLeaser), and keeps each worker's high-water mark, so that
 // a generator on a leased ID starts above every ID the ID's earlier holders
 // issued. The three leasers implement Leaser: a program picks its backend
-// at start-up and uses the same code after.
+// at start-up and uses the same code after. So does the etcd module's
+// (github.com/coordkit/coordkit/etcd/etcdworker), whose leases NewLease
+// makes: the same Lease, generator and high-water handling.
 //
 // Lease a worker ID at start-up, give it back at shutdown, and issue
 // Snowflakes that stop the moment the lease is lost:

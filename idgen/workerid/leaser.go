@@ -2,8 +2,8 @@ package workerid
 
 import "context"
 
-// Leaser leases the worker IDs of services: what RedisLeaser, ZKLeaser and
-// SQLLeaser all offer, so that a program picks its backend at start-up and
+// Leaser leases the worker IDs of services: what RedisLeaser, ZKLeaser,
+// SQLLeaser and the etcd module's etcdworker.Leaser all offer, so that a program picks its backend at start-up and
 // uses the same code after. Its methods are safe for concurrent use.
 type Leaser interface {
 	// Lease takes the lowest free worker ID in [0, max] for service and
