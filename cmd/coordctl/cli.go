@@ -246,6 +246,7 @@ type conn struct {
 	password string
 	tls      bool
 	zk       string
+	etcd     string
 	timeout  time.Duration
 	verbose  bool
 	logTo    io.Writer // where --verbose sends go-redis's log lines

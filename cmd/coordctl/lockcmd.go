@@ -16,13 +16,14 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/etcd/etcdlock"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
 	"github.com/coordkit/coordkit/zklock"
 )
 
 func init() {
-	register(command{name: "lock inspect", summary: "show a lock's holder, TTL, fencing token and waiters (hash, simple, redlock, zk)", run: lockInspect})
+	register(command{name: "lock inspect", summary: "show a lock's holder, TTL, fencing token and waiters (hash, simple, redlock, zk, etcd)", run: lockInspect})
 	register(command{name: "lock release", summary: "force-release a lock of any kind (with --force)", run: lockRelease})
 }
 
@@ -34,14 +35,15 @@ const (
 	kindZK      = "zk"      // zklock.Client: ephemeral sequential znodes
 )
 
-const kindUsage = "the lock's kind: hash (lock.Client), simple (lock.Simple), redlock (redlock.Client; --redis lists its masters) or zk (zklock.Client)"
+const kindUsage = "the lock's kind: hash (lock.Client), simple (lock.Simple), redlock (redlock.Client; --redis lists its masters), zk (zklock.Client) or etcd (etcdlock.Client)"
 
 // lockFlags are the flags of both lock commands.
 type lockFlags struct {
-	c      conn
-	kind   *string
-	prefix *string
-	root   *string
+	c          conn
+	kind       *string
+	prefix     *string
+	root       *string
+	etcdPrefix *string
 }
 
 func addLockFlags(fs *flag.FlagSet, e *env) *lockFlags {
@@ -49,8 +51,10 @@ func addLockFlags(fs *flag.FlagSet, e *env) *lockFlags {
 	f.kind = fs.String("kind", kindHash, kindUsage)
 	f.c.addRedis(fs, e)
 	f.c.addZK(fs, e)
+	f.c.addEtcd(fs, e)
 	f.prefix = fs.String("prefix", "", "the lock clients' Redis key prefix (default "+lock.DefaultPrefix+", for redlock "+redlock.DefaultPrefix+")")
 	f.root = fs.String("zk-root", zklock.DefaultRoot, "zklock's root path (--kind zk)")
+	f.etcdPrefix = fs.String("etcd-prefix", etcdlock.DefaultPrefix, "etcdlock's key prefix (--kind etcd; etcdlock.WithPrefix)")
 	return f
 }
 
@@ -72,10 +76,17 @@ func (f *lockFlags) check(pos []string) (string, error) {
 		if _, err := escapeZKKey(pos[0]); err != nil {
 			return "", usagef("%v", err)
 		}
+	case kindEtcd:
+		if strings.Contains(pos[0], "/") || len(pos[0]) > etcdlock.MaxKeyLen {
+			return "", usagef("an etcd lock's key may not hold '/' nor be longer than %d bytes", etcdlock.MaxKeyLen)
+		}
+		if *f.etcdPrefix == "" || strings.HasSuffix(*f.etcdPrefix, "/") {
+			return "", usagef("--etcd-prefix %q: empty, or ending with '/'", *f.etcdPrefix)
+		}
 	default:
-		return "", usagef("unknown --kind %q: want hash, simple, redlock or zk", *f.kind)
+		return "", usagef("unknown --kind %q: want hash, simple, redlock, zk or etcd", *f.kind)
 	}
-	if *f.kind != kindZK && (strings.ContainsAny(*f.prefix, "{}") || strings.HasPrefix(pos[0], "}")) {
+	if *f.kind != kindZK && *f.kind != kindEtcd && (strings.ContainsAny(*f.prefix, "{}") || strings.HasPrefix(pos[0], "}")) {
 		return "", usagef("a prefix may not contain braces, nor a key begin with '}'")
 	}
 	return pos[0], nil
@@ -87,7 +98,9 @@ func lockInspect(e *env, args []string) error {
 		"queued waiters with how long each keeps its place, and a grant in flight; for\n"+
 		"lock.Simple its holder value, TTL and token; for Redlock every master side by\n"+
 		"side and whether an owner holds a quorum; for zklock the znodes in line, each\n"+
-		"with its session and owner. TTLs are in milliseconds.")
+		"with its session and owner; for etcdlock the hold keys in line, each with its\n"+
+		"owner, etcd lease and token, and the holder's lease's TTL. TTLs are in\n"+
+		"milliseconds.")
 	f := addLockFlags(fs, e)
 	asJSON := addJSON(fs)
 	pos, err := parse(fs, args)
@@ -108,6 +121,8 @@ func lockInspect(e *env, args []string) error {
 		v, err = view(inspectRedlock(e, f, key))
 	case kindZK:
 		v, err = view(inspectZK(e, f, key))
+	case kindEtcd:
+		v, err = view(inspectEtcd(e, f, key))
 	}
 	if v == nil {
 		return err
@@ -124,7 +139,7 @@ func lockInspect(e *env, args []string) error {
 
 // view returns v as a printable view, or nil if there is none (no typed nil).
 func view[V interface {
-	*hashView | *simpleView | *redlockView | *zkView
+	*hashView | *simpleView | *redlockView | *zkView | *etcdView
 	print(io.Writer)
 }](v V, err error) (interface{ print(io.Writer) }, error) {
 	if v == nil {
@@ -143,6 +158,8 @@ func lockRelease(e *env, args []string) error {
 			"  redlock: the hash release on every master; the holder learns at its next renewal.\n"+
 			"  zk:      deletes the holder's znode; the next in line holds the lock. The holder\n"+
 			"           is not told: its Release returns lock.ErrNotHeld.\n"+
+			"  etcd:    deletes the holder's hold key; the next in line holds the lock. The\n"+
+			"           holder is not told: its Release returns lock.ErrNotHeld.\n"+
 			"A holder that is still running loses mutual exclusion: only fencing tokens\n"+
 			"checked by the protected resource stop its writes.")
 	f := addLockFlags(fs, e)
@@ -165,6 +182,8 @@ func lockRelease(e *env, args []string) error {
 		return releaseSimple(e, f, key)
 	case kindRedlock:
 		return releaseRedlock(e, f, key)
+	case kindEtcd:
+		return releaseEtcd(e, f, key)
 	default:
 		return releaseZK(e, f, key)
 	}
