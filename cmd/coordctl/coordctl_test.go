@@ -163,6 +163,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"lock", "inspect", "a/b", "--kind", "etcd"}, "may not hold '/'"},
 		{[]string{"lock", "inspect", "k", "--kind", "etcd", "--etcd", "localhost"}, `--etcd "localhost": want host:port`},
 		{[]string{"lock", "release", "k", "--kind", "etcd", "--etcd-prefix", "/a/"}, "--etcd-prefix"},
+		{[]string{"serve", "--tags", "a", "--etcd", "localhost"}, `--etcd "localhost": want host:port`},
+		{[]string{"serve", "--tags", "a", "--etcd", "127.0.0.1:2379", "--etcd-prefix", ""}, "--etcd-prefix"},
 		{[]string{"lock", "inspect", "k", "--prefix", "a{"}, "braces"},
 		{[]string{"lock", "release", "k", "--kind", "zk"}, "--force"},
 		{[]string{"workers", "list", "svc", "--layout", "twitter", "--max", "3"}, "not both"},

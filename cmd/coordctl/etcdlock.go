@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -165,4 +167,74 @@ func releaseEtcd(e *env, f *lockFlags, key string) error {
 		fmt.Fprintln(e.out, "the former holder is not told: its Release returns lock.ErrNotHeld")
 	}
 	return nil
+}
+
+// etcdPageLock is one etcd lock on the operator page: its holder and
+// waiters in line, the holder's lease TTL.
+type etcdPageLock struct {
+	Key     string      `json:"key"`
+	Holder  *etcdHold   `json:"holder"`
+	TTLms   int64       `json:"ttl_ms"`
+	Waiters []*etcdHold `json:"waiters"`
+}
+
+// etcdLockList is the page's list of etcd locks under a prefix.
+type etcdLockList struct {
+	Prefix    string         `json:"prefix"`
+	Locks     []etcdPageLock `json:"locks"`
+	Truncated bool           `json:"truncated"`
+	Error     string         `json:"error,omitempty"`
+}
+
+// etcdScanKeys bounds the hold keys one page scan reads.
+const etcdScanKeys = 10000
+
+// scanEtcdLocks lists the etcdlock locks under the page's etcd prefix: one
+// range read of "<prefix>/" in create revision order (the first hold key
+// of each lock holds it, the others wait in that order), then the
+// holder's lease's TTL per lock (TimeToLive), at most pageLocks locks.
+// The read-write locks ("<prefix>.rw/") are not listed.
+func (s *server) scanEtcdLocks(ctx context.Context) etcdLockList {
+	prefix := s.cfg.etcdPrefix
+	ll := etcdLockList{Prefix: prefix, Locks: []etcdPageLock{}}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := s.cfg.etcd.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(etcdScanKeys),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		s.logLimited("etcd scan", "the page's etcd lock scan failed", "prefix", prefix, "err", err)
+		ll.Error = "etcd unavailable"
+		return ll
+	}
+	ll.Truncated = resp.More
+	byKey := map[string]*etcdPageLock{}
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), prefix+"/")
+		key, _, ok := strings.Cut(rest, "/")
+		if !ok || key == "" {
+			continue
+		}
+		h := etcdHoldOf(etcdlock.Entry{Owner: string(kv.Value), Lease: kv.Lease, Token: kv.CreateRevision, Path: string(kv.Key)})
+		if l := byKey[key]; l != nil {
+			l.Waiters = append(l.Waiters, h)
+			continue
+		}
+		if len(ll.Locks) >= s.cfg.pageLocks {
+			ll.Truncated = true
+			continue
+		}
+		ll.Locks = append(ll.Locks, etcdPageLock{Key: key, Holder: h, Waiters: []*etcdHold{}})
+		byKey[key] = &ll.Locks[len(ll.Locks)-1]
+	}
+	for i := range ll.Locks {
+		l := &ll.Locks[i]
+		lease, _ := strconv.ParseInt(l.Holder.Lease, 16, 64)
+		if ttl, err := s.cfg.etcd.TimeToLive(ctx, clientv3.LeaseID(lease)); err == nil && ttl.TTL > 0 {
+			l.TTLms = ttl.TTL * 1000
+		} else {
+			l.TTLms = -1 // unknown
+		}
+	}
+	sort.Slice(ll.Locks, func(i, j int) bool { return ll.Locks[i].Key < ll.Locks[j].Key })
+	return ll
 }

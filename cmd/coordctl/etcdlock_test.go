@@ -93,3 +93,63 @@ func TestLockEtcd(t *testing.T) {
 		t.Fatalf("release of a free lock: %d %q", code, out)
 	}
 }
+
+// TestPageEtcdLocks: serve with an etcd cluster lists its etcdlock locks
+// on the page and in /api/status: the holder with its lease and token,
+// the waiter, the lease's TTL; a released lock leaves the list.
+func TestPageEtcdLocks(t *testing.T) {
+	r := testserver.StartRedis(t)
+	e := testserver.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx := context.Background()
+	newClient := func() *etcdlock.Client {
+		c, err := etcdlock.New(cli, etcdlock.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	holder, waiter := newClient(), newClient()
+	held, err := holder.Obtain(lock.WithOwner(ctx, "owner-page"), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(lock.WithOwner(ctx, "owner-next"), 30*time.Second)
+	defer cancel()
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := waiter.Obtain(wctx, "report")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	_, hs := startServer(t, r, serverConfig{etcd: cli})
+	var st status
+	waitFor(t, 5*time.Second, "the waiter is not listed", func() bool {
+		code, body := get(t, hs.URL+"/api/status", false)
+		return code == 200 && json.Unmarshal([]byte(body), &st) == nil && st.EtcdLocks != nil &&
+			len(st.EtcdLocks.Locks) == 1 && len(st.EtcdLocks.Locks[0].Waiters) == 1
+	})
+	if l := st.EtcdLocks.Locks[0]; st.EtcdLocks.Prefix != etcdlock.DefaultPrefix || l.Key != "report" || l.Holder.Owner != "owner-page" ||
+		l.Holder.Token != held.Token() || l.Waiters[0].Owner != "owner-next" || l.TTLms <= 0 || l.TTLms > 5000 {
+		t.Fatalf("/api/status etcd lock: %+v", l)
+	}
+	code, page := get(t, hs.URL+"/", false)
+	if code != 200 || !strings.Contains(page, "etcd locks under <code>"+etcdlock.DefaultPrefix+"</code>") ||
+		!strings.Contains(page, `data-key="report"`) || !strings.Contains(page, "owner-next") {
+		t.Fatalf("page: %d, no etcd lock row", code)
+	}
+	held.Release(ctx)
+	next := <-got
+	next.Release(ctx)
+	if code, body := get(t, hs.URL+"/api/status", false); code != 200 || json.Unmarshal([]byte(body), &st) != nil ||
+		st.EtcdLocks == nil || len(st.EtcdLocks.Locks) != 0 {
+		t.Fatalf("after release: %d %s", code, body)
+	}
+}

@@ -42,6 +42,8 @@ type status struct {
 	Worker   workerStatus      `json:"worker"`
 	Tags     []tagStatus       `json:"tags"`
 	Locks    lockList          `json:"locks"`
+	// EtcdLocks are the etcdlock locks, when serve was given --etcd.
+	EtcdLocks *etcdLockList `json:"etcd_locks,omitempty"`
 }
 
 type workerStatus struct {
@@ -143,6 +145,10 @@ func (s *server) status(ctx context.Context) status {
 	}
 	sort.Slice(st.Tags, func(i, j int) bool { return st.Tags[i].Tag < st.Tags[j].Tag })
 	st.Locks = s.scanLocks(ctx)
+	if s.cfg.etcd != nil {
+		ll := s.scanEtcdLocks(ctx)
+		st.EtcdLocks = &ll
+	}
 	return st
 }
 

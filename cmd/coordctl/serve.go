@@ -17,7 +17,9 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordkit/coordkit/etcd/etcdlock"
 	"github.com/coordkit/coordkit/idgen"
 	"github.com/coordkit/coordkit/idgen/redisid"
 	"github.com/coordkit/coordkit/idgen/workerid"
@@ -98,6 +100,8 @@ func serve(e *env, args []string) error {
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "the Redis worker lease's TTL (--lease-backend redis)")
 	lockPrefix := fs.String("lock-prefix", lock.DefaultPrefix, "the page lists the locks under this prefix")
 	pageLocks := fs.Int("page-locks", 100, "the most locks the page lists")
+	fs.StringVar(&c.etcd, "etcd", e.getenv("COORDKIT_ETCD"), "etcd endpoints, comma-separated (env COORDKIT_ETCD): the page also lists the etcdlock locks under --etcd-prefix; empty: none")
+	etcdPrefix := fs.String("etcd-prefix", etcdlock.DefaultPrefix, "the page lists the etcd locks under this prefix (etcdlock.WithPrefix)")
 	chartEvery := fs.Duration("chart-interval", defaultChart, "how often the page's charts sample the tags, the locks (a SCAN of --lock-prefix) and the lease; 0: no charts")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -139,6 +143,19 @@ func serve(e *env, args []string) error {
 		}
 	}
 
+	var etcdCli *clientv3.Client
+	if c.etcd != "" {
+		if *etcdPrefix == "" || strings.HasSuffix(*etcdPrefix, "/") {
+			return usagef("--etcd-prefix %q: empty, or ending with '/'", *etcdPrefix)
+		}
+		cli, err := c.etcdClient()
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		etcdCli = cli
+	}
+
 	ctx := e.ctx
 	rdb, err := c.redisClient(ctx)
 	if err != nil {
@@ -147,7 +164,7 @@ func serve(e *env, args []string) error {
 	defer rdb.Close()
 	log := slog.New(slog.NewTextHandler(e.errOut, nil))
 	s, err := newServer(ctx, serverConfig{
-		rdb: rdb, conn: &c, service: *service, backend: *backend, layout: layout, step: *step,
+		rdb: rdb, conn: &c, etcd: etcdCli, etcdPrefix: *etcdPrefix, service: *service, backend: *backend, layout: layout, step: *step,
 		tags: tagList, tagsKey: *tagsKey, exitOnLeaseLoss: *exitOnLoss, leaseTTL: *leaseTTL,
 		lockPrefix: *lockPrefix, pageLocks: *pageLocks, chartEvery: *chartEvery, logger: log,
 	})
@@ -195,6 +212,11 @@ type serverConfig struct {
 	exitOnLeaseLoss bool
 	leaseTTL        time.Duration // Redis lease TTL; 0: workerid's default
 	releaseRetry    time.Duration // pause between attempts to lease a new worker ID; 0: 1 s
+
+	// etcd, if set, is the cluster whose etcdlock locks under etcdPrefix
+	// the page also lists.
+	etcd       *clientv3.Client
+	etcdPrefix string
 
 	lockPrefix string        // the page's locks; "": lock.DefaultPrefix
 	pageLocks  int           // 0: 100
@@ -260,6 +282,9 @@ func newServer(ctx context.Context, cfg serverConfig) (*server, error) {
 	}
 	if cfg.now == nil {
 		cfg.now = time.Now
+	}
+	if cfg.etcdPrefix == "" {
+		cfg.etcdPrefix = etcdlock.DefaultPrefix
 	}
 	if cfg.lockPrefix == "" {
 		cfg.lockPrefix = lock.DefaultPrefix
