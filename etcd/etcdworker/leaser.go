@@ -184,7 +184,7 @@ func (l *Leaser) keep(service string, id int64, g *clientv3.LeaseGrantResponse, 
 		l.cli.Revoke(ctx, g.ID)
 		return nil, err
 	}
-	return workerid.NewLease(workerid.LeaseConfig{
+	lease, err := workerid.NewLease(workerid.LeaseConfig{
 		Service:    service,
 		ID:         id,
 		Max:        l.o.max,
@@ -201,6 +201,15 @@ func (l *Leaser) keep(service string, id int64, g *clientv3.LeaseGrantResponse, 
 			return nil
 		},
 	})
+	if err != nil {
+		// Only a bad configuration fails here; give the ID back.
+		wd.Lose(err)
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		l.cli.Revoke(ctx, g.ID)
+		return nil, err
+	}
+	return lease, nil
 }
 
 // events logs a keeper's events (watchdog.Observer).

@@ -102,6 +102,7 @@ func TestBadInput(t *testing.T) {
 		"max above 2^22":  {etcdworker.WithMax(1 << 22)},
 		"TTL under 1 s":   {etcdworker.WithTTL(500 * time.Millisecond)},
 		"no checkpoints":  {etcdworker.WithCheckpoint(0)},
+		"checkpoint 1µs":  {etcdworker.WithCheckpoint(time.Microsecond)},
 		"empty prefix":    {etcdworker.WithPrefix("")},
 		"prefix ending /": {etcdworker.WithPrefix("/a/")},
 	} {

@@ -52,8 +52,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: maximum worker ID %d above %d", workerid.ErrInvalid, o.max, 1<<22-1)
 	case o.ttl < MinTTL:
 		return fmt.Errorf("%w: lease TTL %v below etcd's minimum of 1s", workerid.ErrInvalid, o.ttl)
-	case o.checkpoint <= 0:
-		return fmt.Errorf("%w: checkpoint interval %v not positive", workerid.ErrInvalid, o.checkpoint)
+	case o.checkpoint < time.Millisecond:
+		return fmt.Errorf("%w: checkpoint interval %v below 1ms", workerid.ErrInvalid, o.checkpoint)
 	case o.prefix == "" || strings.HasSuffix(o.prefix, "/"):
 		return fmt.Errorf("%w: key prefix %q empty or ending with /", workerid.ErrInvalid, o.prefix)
 	case o.now == nil:
@@ -75,7 +75,7 @@ func WithMax(max int64) Option { return func(o *options) { o.max = max } }
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // WithCheckpoint sets how often a Snowflake made by Lease.NewSnowflake
-// saves its high-water mark. Default: 3 s.
+// saves its high-water mark; at least 1 ms. Default: 3 s.
 func WithCheckpoint(d time.Duration) Option { return func(o *options) { o.checkpoint = d } }
 
 // WithPrefix sets the etcd key prefix; it must not be empty or end with
