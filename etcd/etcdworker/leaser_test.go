@@ -25,7 +25,9 @@ func TestDistinctIDs(t *testing.T) {
 	p := prefix(t)
 	var leasers []*etcdworker.Leaser
 	for range 3 {
-		leasers = append(leasers, newLeaser(t, dial(t, server.Endpoints()...), p, etcdworker.WithMax(15)))
+		// A TTL of 5 s: a loaded machine (-race, other tests) must not
+		// lose a lease, nor have TimeToLive round its rest down to 0 s.
+		leasers = append(leasers, newLeaser(t, dial(t, server.Endpoints()...), p, etcdworker.WithMax(15), etcdworker.WithTTL(5*time.Second)))
 	}
 	const n = 12
 	leases := make([]*workerid.Lease, n)
@@ -81,7 +83,7 @@ func TestDistinctIDs(t *testing.T) {
 		t.Fatalf("List: %d holders, want %d", len(hs), n)
 	}
 	for i, h := range hs {
-		if h.ID != int64(i) || h.Owner == "" || h.TTL <= 0 || h.TTL > ttl {
+		if h.ID != int64(i) || h.Owner == "" || h.TTL <= 0 || h.TTL > 5*time.Second {
 			t.Fatalf("List[%d] = %+v", i, h)
 		}
 	}
