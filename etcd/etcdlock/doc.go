@@ -135,9 +135,10 @@
 // made before its own, and otherwise watches the last writer's key before
 // it. Both are served in create revision order: a reader that comes after
 // a waiting writer waits for it (writers are not starved), and the readers
-// between two writers enter together. A release wakes the keys that watch
-// it only: a writer's, the readers right behind it; a reader's, the writer
-// right behind it, if it was the last reader before that writer.
+// between two writers enter together. A release wakes only the keys that
+// watch it: a writer's, the readers between it and the next writer, or the
+// next writer if it is right behind; a reader's, the writer right behind
+// it, if any (no herd: TestRWNoHerd).
 //
 // Re-entry is by owner within a Client, as for the mutex, per side. An
 // owner that holds the write side may take the read side, at once: a level
