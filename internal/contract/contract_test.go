@@ -70,11 +70,6 @@ type (
 	backend = contract.Backend
 )
 
-var (
-	newKey = contract.NewKey
-	ctxFor = contract.CtxFor
-)
-
 func redisClient(t *testing.T, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
