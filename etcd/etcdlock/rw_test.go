@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -284,4 +285,27 @@ func TestRWLoss(t *testing.T) {
 			t.Fatalf("reader's token %d not above the writer's %d", r.lease.Token(), w.Token())
 		}
 	})
+}
+
+// TestRWBadInput: both sides refuse the keys and TTLs Obtain refuses, with
+// the same errors (matching lock.ErrInvalid), before any I/O.
+func TestRWBadInput(t *testing.T) {
+	c := newClient(t, dial(t, server.Endpoints()...))
+	ctx := ctxFor(t, 5*time.Second)
+	for _, side := range []lock.Locker{c.Read(), c.Write()} {
+		for _, key := range []string{"", "a/b", strings.Repeat("k", etcdlock.MaxKeyLen+1)} {
+			if _, err := side.Obtain(ctx, key); !errors.Is(err, etcdlock.ErrInvalidKey) || !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("Obtain(%.10q): %v, want ErrInvalidKey", key, err)
+			}
+			if _, err := side.TryObtain(ctx, key); !errors.Is(err, etcdlock.ErrInvalidKey) {
+				t.Errorf("TryObtain(%.10q): %v, want ErrInvalidKey", key, err)
+			}
+		}
+		if _, err := side.Obtain(ctx, "k", lock.WithTTL(-time.Second)); !errors.Is(err, etcdlock.ErrInvalidTTL) {
+			t.Errorf("Obtain with lock.WithTTL(-1s): %v, want ErrInvalidTTL", err)
+		}
+	}
+	if ks := rwKeys(t, dial(t, server.Endpoints()...), "k"); len(ks) != 0 {
+		t.Fatalf("keys made: %v", ks)
+	}
 }
