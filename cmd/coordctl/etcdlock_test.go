@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/coordkit/coordkit/etcd/etcdlock"
+	"github.com/coordkit/coordkit/etcd/etcdworker"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -151,5 +153,53 @@ func TestPageEtcdLocks(t *testing.T) {
 	if code, body := get(t, hs.URL+"/api/status", false); code != 200 || json.Unmarshal([]byte(body), &st) != nil ||
 		st.EtcdLocks == nil || len(st.EtcdLocks.Locks) != 0 {
 		t.Fatalf("after release: %d %s", code, body)
+	}
+}
+
+// TestWorkersEtcd: workers list --backend etcd lists the worker IDs an
+// etcdworker.Leaser leased, with host, PID and the lease's TTL; --max
+// restricts the range; a released ID leaves the list.
+func TestWorkersEtcd(t *testing.T) {
+	e := testserver.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	l, err := etcdworker.New(cli, etcdworker.WithHost("web-1"), etcdworker.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, err := l.Lease(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Lease(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	env := map[string]string{"COORDKIT_ETCD": strings.Join(e.Endpoints(), ",")}
+	code, out, errOut := runCLI(t, env, "workers", "list", "svc", "--backend", "etcd", "--json")
+	var vs []workerView
+	if code != exitOK || json.Unmarshal([]byte(out), &vs) != nil || len(vs) != 2 {
+		t.Fatalf("workers list: %d %q %q", code, out, errOut)
+	}
+	for i, v := range vs {
+		if v.ID != int64(i) || v.Host != "web-1" || v.PID != os.Getpid() || v.Owner == "" || v.TTLms <= 0 || v.TTLms > 5000 {
+			t.Fatalf("worker %d: %+v", i, v)
+		}
+	}
+	if code, out, _ := runCLI(t, env, "workers", "list", "svc", "--backend", "etcd", "--max", "0", "--json"); code != exitOK ||
+		json.Unmarshal([]byte(out), &vs) != nil || len(vs) != 1 || vs[0].ID != a.ID() {
+		t.Fatalf("workers list --max 0: %d %q", code, out)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runCLI(t, env, "workers", "list", "svc", "--backend", "etcd", "--json"); code != exitOK ||
+		json.Unmarshal([]byte(out), &vs) != nil || len(vs) != 1 || vs[0].ID != b.ID() {
+		t.Fatalf("workers list after a release: %d %q", code, out)
 	}
 }

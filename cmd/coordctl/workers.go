@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/etcd/etcdworker"
 	"github.com/coordkit/coordkit/idgen/workerid"
 )
 
@@ -26,7 +27,7 @@ type workerView struct {
 	ID    int64  `json:"id"`
 	Host  string `json:"host"`
 	PID   int    `json:"pid"`
-	Owner string `json:"owner,omitempty"` // Redis: the lease's random owner
+	Owner string `json:"owner,omitempty"` // Redis and etcd: the lease's random owner
 	Since string `json:"since,omitempty"` // RFC 3339, UTC
 	TTLms int64  `json:"ttl_ms,omitempty"`
 }
@@ -34,15 +35,18 @@ type workerView struct {
 func workersList(e *env, args []string) error {
 	fs := newFlags(e, "workers list", "SERVICE", "Lists who holds each leased worker ID of SERVICE, whatever the range its\n"+
 		"layout gives (a Redis lease is found by a SCAN of the service's keys, a\n"+
-		"ZooKeeper lease by its node). --layout or --max restrict the range.")
+		"ZooKeeper lease by its node, an etcd lease by its key). --layout or --max\n"+
+		"restrict the range.")
 	var c conn
-	backend := fs.String("backend", "redis", "where the leases are: redis or zk")
+	backend := fs.String("backend", "redis", "where the leases are: redis, zk or etcd")
 	c.addRedis(fs, e)
 	c.addZK(fs, e)
+	c.addEtcd(fs, e)
 	maxID := fs.Int64("max", -1, "list worker IDs 0 to max only (default: every leased ID)")
 	layoutName := fs.String("layout", "", "list the worker IDs of this Snowflake layout's range only: "+layoutNames())
 	prefix := fs.String("prefix", "coordkit:worker:", "the Redis leaser's key prefix (workerid.WithPrefix)")
 	root := fs.String("zk-root", "/coordkit/workers", "the ZooKeeper leaser's root path (workerid.WithRoot)")
+	etcdPrefix := fs.String("etcd-prefix", etcdworker.DefaultPrefix, "the etcd leaser's key prefix (etcdworker.WithPrefix)")
 	asJSON := addJSON(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -122,8 +126,30 @@ func workersList(e *env, args []string) error {
 			}
 			holders = kept
 		}
+	case "etcd":
+		cli, err := c.etcdClient()
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		l, err := etcdworker.New(cli, etcdworker.WithMax(maxWorkerID), etcdworker.WithPrefix(*etcdPrefix))
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if holders, err = l.List(ctx, service); err != nil {
+			return listErr(err)
+		}
+		if limit >= 0 {
+			kept := holders[:0]
+			for _, h := range holders {
+				if h.ID <= limit {
+					kept = append(kept, h)
+				}
+			}
+			holders = kept
+		}
 	default:
-		return usagef("unknown --backend %q: want redis or zk", *backend)
+		return usagef("unknown --backend %q: want redis, zk or etcd", *backend)
 	}
 	views := make([]workerView, 0, len(holders))
 	for _, h := range holders {
