@@ -173,7 +173,7 @@ func TestRWNoHerd(t *testing.T) {
 // read side keeps the key exclusive until it has released both; while it
 // holds only that read, asking for the write side is an upgrade
 // (ErrUpgrade) and the read side re-enters. The mutex of the same key is
-// another lock.
+// another lock. Two owners of one Client read at once.
 func TestRWWriterKeepsRead(t *testing.T) {
 	cli := dial(t, server.Endpoints()...)
 	c, other := newClient(t, cli), newClient(t, cli)
@@ -211,6 +211,17 @@ func TestRWWriterKeepsRead(t *testing.T) {
 		t.Fatalf("token %d not above %d", w2.Token(), w.Token())
 	}
 	release(t, w2)
+	// Two owners of one Client read at once, each with a key of its own.
+	r1 := obtain(t, c.Read(), lock.WithOwner(ctx, "r1"), key)
+	r2, err = c.Read().TryObtain(lock.WithOwner(ctx, "r2"), key)
+	if err != nil {
+		t.Fatalf("a second owner's read on the same Client: %v", err)
+	}
+	if ks := rwKeys(t, cli, key); len(ks) != 2 || r2.Token() <= r1.Token() {
+		t.Fatalf("two readers of one Client: keys %v, tokens %d, %d", ks, r1.Token(), r2.Token())
+	}
+	release(t, r1)
+	release(t, r2)
 }
 
 // TestRWLoss: a reader's lease revoked (etcdctl lease revoke) is reported
