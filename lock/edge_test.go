@@ -228,7 +228,7 @@ func TestForceReleaseResent(t *testing.T) {
 		}
 		got <- l
 	}()
-	time.Sleep(100 * time.Millisecond) // the waiter queues
+	waitQueued(t, holder, key, 1)
 	r.Arm(lock.Scripts()["force_release.lua"].Hash())
 	if held, err := admin.ForceRelease(ctx, key); err != nil || !held {
 		t.Fatalf("ForceRelease: %v %v", held, err)
@@ -280,7 +280,7 @@ func TestHandoffLostReplyLinerGone(t *testing.T) {
 		_, err := c.Obtain(lctx, key)
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // in line; its ctx ends while the hand-off is under way
+	waitInLine(t, c, key, 1) // its ctx ends while the hand-off is under way
 	r.Arm(lock.Scripts()["handoff.lua"].Hash())
 	if err := first.Release(ctx); err == nil {
 		t.Fatal("Release succeeded although the hand-off's answer was lost")

@@ -18,3 +18,14 @@ func Scripts() map[string]*redis.Script {
 	all["rw_renew.lua"] = rwRenewScript
 	return all
 }
+
+// InLine returns how many goroutines of c wait in its local line for key
+// (behind the front): the tests wait for a liner instead of sleeping.
+func InLine(c *Client, key string) int {
+	c.gates.mu.Lock()
+	defer c.gates.mu.Unlock()
+	if g := c.gates.m[key]; g != nil {
+		return len(g.line)
+	}
+	return 0
+}

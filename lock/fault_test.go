@@ -135,3 +135,14 @@ func waitQueued(t testing.TB, c *lock.Client, key string, n int) {
 	}
 	t.Fatalf("%d waiters not queued for %q", n, key)
 }
+
+// waitInLine waits until n goroutines of c wait in its local line for key.
+func waitInLine(t testing.TB, c *lock.Client, key string, n int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if lock.InLine(c, key) == n {
+			return
+		}
+	}
+	t.Fatalf("%d goroutines not in line for %q", n, key)
+}

@@ -182,7 +182,10 @@ func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
 	c := newClient(t, nil)
-	lost := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
+	// 1.5 s: the hold must still be there for ForceRelease to delete it;
+	// with 300 ms, a renewal starved for 200 ms (load 23 on 2 cores) let it
+	// expire first.
+	lost := mustObtain(t, ctx, c, key, lock.WithTTL(1500*time.Millisecond))
 	got := make(chan error, 1)
 	go func() {
 		l, err := c.Obtain(ctx, key)
@@ -191,7 +194,7 @@ func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the waiter is in line
+	waitInLine(t, c, key, 1)
 	if ok, err := c.ForceRelease(ctx, key); err != nil || !ok {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}
@@ -245,7 +248,7 @@ func TestLocalLineCancelReentryTryClose(t *testing.T) {
 		}
 		next <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitInLine(t, c, key, 1)
 	if err := inner.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +271,7 @@ func TestLocalLineCancelReentryTryClose(t *testing.T) {
 		_, err := c.Obtain(ctx, key)
 		closed <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitInLine(t, c, key, 1)
 	c.Close()
 	if err := <-closed; !errors.Is(err, lock.ErrClosed) {
 		t.Fatalf("Obtain in line at Close: %v, want ErrClosed", err)

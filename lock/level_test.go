@@ -203,12 +203,24 @@ func TestRWShortReaderKeepsLongReader(t *testing.T) {
 	t.Cleanup(func() { rw.Close() })
 	key := uniqueKey(t)
 	long := mustObtain(t, lock.WithOwner(ctx, "long"), rw.Read(), key, lock.WithTTL(6*time.Second))
-	short := mustObtain(t, lock.WithOwner(ctx, "short"), rw.Read(), key, lock.WithTTL(200*time.Millisecond))
-	time.Sleep(150 * time.Millisecond) // at least one renewal of the short reader (every 66 ms)
+	// 1.5 s, renewed every 500 ms: with 200 ms, a renewal starved for
+	// 134 ms (load 23 on 2 cores) lost the short reader before its Release.
+	const shortTTL = 1500 * time.Millisecond
+	short := mustObtain(t, lock.WithOwner(ctx, "short"), rw.Read(), key, lock.WithTTL(shortTTL))
+	first := short.(lock.LeaseStatus).Until()
+	for !short.(lock.LeaseStatus).Until().After(first) { // a renewal of the short reader
+		if err := lock.LostCause(short); err != nil {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the short reader was never renewed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := short.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // twice the short TTL
+	time.Sleep(shortTTL + 300*time.Millisecond) // past the expiry the short reader's renewal set
 	if l, err := rw.Write().TryObtain(lock.WithOwner(ctx, "writer"), key); err == nil {
 		l.Release(ctx)
 		t.Fatal("a writer entered while a reader (6 s) holds the read side")

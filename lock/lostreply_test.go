@@ -139,7 +139,7 @@ func TestLostReplyHandoff(t *testing.T) {
 		}
 		next <- l
 	}()
-	time.Sleep(100 * time.Millisecond) // the second goroutine lines up behind the first
+	waitInLine(t, c, key, 1) // the second goroutine lines up behind the first
 	r.Arm(lock.Scripts()["handoff.lua"].Hash())
 	if err := first.Release(ctx); err != nil {
 		t.Fatalf("Release that handed over, whose reply was lost and resent: %v, want nil", err)
@@ -250,7 +250,7 @@ func TestHandoffErrorReleaseAgain(t *testing.T) {
 		}
 		next <- l
 	}()
-	time.Sleep(100 * time.Millisecond) // in line
+	waitInLine(t, c, key, 1)
 	r.Arm(lock.Scripts()["handoff.lua"].Hash())
 	if err := first.Release(ctx); err == nil {
 		t.Fatal("Release succeeded although the hand-off's answer was lost")

@@ -210,10 +210,13 @@ func TestRWLostReplyRenew(t *testing.T) {
 		l    lock.Locker
 	}{{"write", rw.Write()}, {"read", rw.Read()}} {
 		key := uniqueKey(t) + side.name
-		l := mustObtain(t, ctx, side.l, key, lock.WithTTL(300*time.Millisecond))
+		// A 1 s TTL: with 300 ms, a renewal starved past the lease's end
+		// on a loaded host (load 23 on 2 cores) would lose the lease for
+		// that reason alone, as TestLostReplyRenewAndLeave did.
+		l := mustObtain(t, ctx, side.l, key, lock.WithTTL(time.Second))
 		lost := r.Lost()
 		r.Arm(lock.Scripts()["rw_renew.lua"].Hash())
-		time.Sleep(400 * time.Millisecond) // past a renewal, and past the TTL
+		time.Sleep(1200 * time.Millisecond) // past a renewal, and past the TTL
 		if r.Lost() == lost {
 			t.Fatalf("%s: no renewal's reply was lost: the fault did not happen", side.name)
 		}
