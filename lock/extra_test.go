@@ -108,10 +108,13 @@ func TestSimple(t *testing.T) {
 	t.Run("watchdog and loss", func(t *testing.T) {
 		s := newSimple()
 		key := uniqueKey(t)
-		// 600 ms: renewals every 200 ms; at 90 ms (every 30 ms) one
-		// renewal late by 60 ms on a loaded host lost the lease.
-		l := mustObtain(t, ctx, s, key, lock.WithTTL(600*time.Millisecond))
-		time.Sleep(900 * time.Millisecond)
+		// 1.5 s: renewals every 500 ms; at 90 ms (every 30 ms) one
+		// renewal late by 60 ms on a loaded host lost the lease, and at
+		// 600 ms one starved for 400 ms would (load 23 on 2 cores). The
+		// sleep is past the first TTL: the lease outlives it only by
+		// renewals.
+		l := mustObtain(t, ctx, s, key, lock.WithTTL(1500*time.Millisecond))
+		time.Sleep(1800 * time.Millisecond)
 		select {
 		case <-l.Lost():
 			t.Fatal("lost while renewed")

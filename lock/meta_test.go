@@ -146,8 +146,7 @@ func TestHolderMetaHandoff(t *testing.T) {
 		}
 		got <- l
 	}()
-	// o2 waits in the client's local line (it does not queue in Redis).
-	time.Sleep(50 * time.Millisecond)
+	waitInLine(t, c, key, 1) // o2 waits in the client's local line (it does not queue in Redis)
 	if err := l1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -122,10 +122,11 @@ func TestVanishedHoldOtherClientSameOwner(t *testing.T) {
 	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), lock.NewOwner())
 	a, b := newClient(t, nil), newClient(t, nil)
 	key := uniqueKey(t)
-	ttl := lock.WithTTL(300 * time.Millisecond)
-	l1 := mustObtain(t, ctx, a, key, ttl)
+	l1 := mustObtain(t, ctx, a, key, lock.WithTTL(300*time.Millisecond))
 	vanish(t, ctx, key)
-	l2 := mustObtain(t, ctx, b, key, ttl)
+	// 1.5 s: the new hold must outlive a starved renewal (load 23 on 2
+	// cores) for its Release to tell; 300 ms lost it after 200 ms.
+	l2 := mustObtain(t, ctx, b, key, lock.WithTTL(1500*time.Millisecond))
 	waitClosed(t, l1.Lost(), time.Second, "the vanished hold's Lost (next renewal)")
 	time.Sleep(150 * time.Millisecond)
 	select {
