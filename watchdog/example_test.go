@@ -12,7 +12,7 @@ import (
 func ExampleStart() {
 	renewals := 0
 	w, err := watchdog.Start(watchdog.Config{
-		TTL: 300 * time.Millisecond, // renewed every 100 ms
+		TTL: 1500 * time.Millisecond, // renewed every 500 ms
 		Renew: func(ctx context.Context) error {
 			renewals++
 			if renewals == 3 {

@@ -64,20 +64,22 @@ func TestStartRejectsBadConfig(t *testing.T) {
 func TestRenewsEveryThirdOfTTL(t *testing.T) {
 	var n atomic.Int32
 	// A TTL a loaded machine's stalls (a few hundred ms under -race beside
-	// other work) do not outlast: at 90 ms a .ci/run saw the lease expire.
-	w := start(t, watchdog.Config{TTL: 600 * time.Millisecond, Renew: func(context.Context) error {
+	// other work) do not outlast: at 90 ms a .ci/run saw the lease expire,
+	// and 600 ms left 400 ms (load 23 on 2 cores); 1.5 s leaves 1 s.
+	w := start(t, watchdog.Config{TTL: 1500 * time.Millisecond, Renew: func(context.Context) error {
 		n.Add(1)
 		return nil
 	}})
-	time.Sleep(1600 * time.Millisecond)
+	time.Sleep(2200 * time.Millisecond) // past the first TTL: held only by renewals
 	select {
 	case <-w.Lost():
 		t.Fatalf("lost while renewals succeed: %v", w.Err())
 	default:
 	}
-	// 1600 ms / 200 ms = 8 renewals; a loaded machine delays some.
-	if got := n.Load(); got < 3 || got > 9 {
-		t.Fatalf("%d renewals in 1600 ms with a 200 ms interval", got)
+	// Due at 500, 1000, 1500 and 2000 ms; a loaded machine delays some,
+	// and none comes early: 5 would mean an interval under 440 ms.
+	if got := n.Load(); got < 2 || got > 4 {
+		t.Fatalf("%d renewals in 2200 ms with a 500 ms interval", got)
 	}
 	if w.Err() != nil {
 		t.Fatalf("Err = %v before any loss", w.Err())
@@ -87,7 +89,9 @@ func TestRenewsEveryThirdOfTTL(t *testing.T) {
 func TestNotHeldLosesAtOnce(t *testing.T) {
 	w := start(t, watchdog.Config{TTL: 3 * time.Second, Interval: 20 * time.Millisecond,
 		Renew: func(context.Context) error { return errors.Join(watchdog.ErrNotHeld, errors.New("gone")) }})
-	if d := waitLost(t, w, 2*time.Second); d > time.Second {
+	// About one interval (20 ms); the bound leaves a starved host (load 23
+	// on 2 cores) room and stays below the 3 s TTL.
+	if d := waitLost(t, w, 5*time.Second); d > 2*time.Second {
 		t.Fatalf("lost after %v, want about one interval", d)
 	}
 	if !errors.Is(w.Err(), watchdog.ErrNotHeld) {
@@ -99,7 +103,9 @@ func TestFailingRenewalsLoseAfterTTL(t *testing.T) {
 	boom := errors.New("connection refused")
 	var mu sync.Mutex
 	failing := false
-	w := start(t, watchdog.Config{TTL: 600 * time.Millisecond, Renew: func(context.Context) error {
+	// 1.5 s, renewed every 500 ms: with 600 ms, a renewal starved for
+	// 400 ms (load 23 on 2 cores) lost the lease while renewals succeeded.
+	w := start(t, watchdog.Config{TTL: 1500 * time.Millisecond, Renew: func(context.Context) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if failing {
@@ -107,7 +113,7 @@ func TestFailingRenewalsLoseAfterTTL(t *testing.T) {
 		}
 		return nil
 	}})
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // past the first renewal
 	select {
 	case <-w.Lost():
 		t.Fatalf("lost while renewals succeed: %v", w.Err())
@@ -118,8 +124,8 @@ func TestFailingRenewalsLoseAfterTTL(t *testing.T) {
 	mu.Unlock()
 	began := time.Now()
 	waitLost(t, w, 5*time.Second)
-	if d := time.Since(began); d > 3*time.Second {
-		t.Fatalf("lost %v after renewals started failing, TTL is 600 ms", d)
+	if d := time.Since(began); d > 3500*time.Millisecond {
+		t.Fatalf("lost %v after renewals started failing, TTL is 1.5 s", d)
 	}
 	if !errors.Is(w.Err(), watchdog.ErrExpired) || !errors.Is(w.Err(), boom) {
 		t.Fatalf("Err = %v, want ErrExpired wrapping the renewal error", w.Err())
@@ -140,7 +146,9 @@ func TestHangingRenewalLosesAtDeadline(t *testing.T) {
 		return errors.New("read timeout")
 	}})
 	t.Cleanup(func() { close(release) }) // runs before w.Stop
-	if d := waitLost(t, w, 2*time.Second); d > time.Second {
+	// At the deadline (150 ms), not when the hanging call ends (5 s); 2.5 s
+	// leaves a starved host (load 23 on 2 cores) room.
+	if d := waitLost(t, w, 4*time.Second); d > 2500*time.Millisecond {
 		t.Fatalf("lost after %v with a 150 ms TTL", d)
 	}
 	if !errors.Is(w.Err(), watchdog.ErrExpired) {
@@ -264,14 +272,17 @@ func TestFirstTTL(t *testing.T) {
 		var mu sync.Mutex
 		var at []time.Duration
 		begin := time.Now()
-		w := start(t, watchdog.Config{TTL: 3 * time.Second, FirstTTL: 150 * time.Millisecond, LastRenewed: begin,
+		// A first TTL of 1.5 s: with 150 ms, a renewal starved for
+		// 100 ms (load 23 on 2 cores) lost the lease. The TTL is 6 s so
+		// that the usual schedule (every 2 s) stays told apart.
+		w := start(t, watchdog.Config{TTL: 6 * time.Second, FirstTTL: 1500 * time.Millisecond, LastRenewed: begin,
 			Renew: func(context.Context) error {
 				mu.Lock()
 				at = append(at, time.Since(begin))
 				mu.Unlock()
 				return nil
 			}})
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(1800 * time.Millisecond) // past the first TTL
 		select {
 		case <-w.Lost():
 			t.Fatalf("lost: %v", w.Err())
@@ -279,17 +290,20 @@ func TestFirstTTL(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		// First at 50 ms (150/3), next at 1 s (TTL/3): one renewal so far.
-		if len(at) != 1 || at[0] < 40*time.Millisecond || at[0] > 150*time.Millisecond {
-			t.Fatalf("renewals at %v, want one at about 50 ms", at)
+		// First at 500 ms (1500/3), next at 2.5 s (TTL/3 later): one
+		// renewal so far, within the first TTL (not at 2 s).
+		if len(at) != 1 || at[0] < 450*time.Millisecond || at[0] >= 1500*time.Millisecond {
+			t.Fatalf("renewals at %v, want one at about 500 ms", at)
 		}
 	})
 	t.Run("lost at the first TTL", func(t *testing.T) {
 		begin := time.Now()
 		w := start(t, watchdog.Config{TTL: 3 * time.Second, FirstTTL: 150 * time.Millisecond, LastRenewed: begin,
 			Renew: func(context.Context) error { return errors.New("unreachable") }})
-		waitLost(t, w, 2*time.Second)
-		if d := time.Since(begin); d < 150*time.Millisecond || d > 600*time.Millisecond {
+		waitLost(t, w, 5*time.Second)
+		// About 150 ms; at most 2 s on a starved host (load 23 on 2
+		// cores), below the TTL's 3 s.
+		if d := time.Since(begin); d < 150*time.Millisecond || d > 2*time.Second {
 			t.Fatalf("lost after %v, want about 150 ms", d)
 		}
 		if !errors.Is(w.Err(), watchdog.ErrExpired) {
@@ -350,7 +364,7 @@ func TestHeldAfterRenewal(t *testing.T) {
 	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
 	renewed := make(chan struct{}, 100)
 	w, err := watchdog.Start(watchdog.Config{
-		TTL: 300 * time.Millisecond, Now: now,
+		TTL: 1500 * time.Millisecond, Now: now, // 300 ms left a starved host 250 ms (load 23 on 2 cores)
 		Renew: func(context.Context) error {
 			select {
 			case renewed <- struct{}{}:
@@ -363,11 +377,11 @@ func TestHeldAfterRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	for range 3 { // renewed every 100 ms
+	for range 3 { // renewed every 500 ms
 		<-renewed
 	}
 	time.Sleep(50 * time.Millisecond)
 	if !w.Held() {
-		t.Fatal("Held false after renewals, 400 ms after the start (the first deadline was 300 ms)")
+		t.Fatal("Held false after renewals, 1.55 s after the start (the first deadline was 1.5 s)")
 	}
 }
