@@ -208,11 +208,14 @@ func TestReleaseWakesWaiter(t *testing.T) {
 		got <- time.Now()
 		q.Release(ctx)
 	}()
-	time.Sleep(200 * time.Millisecond) // queued
+	waitQueued(t, name, 1)
 	released := time.Now()
 	p.Release(ctx)
 	at := <-got
-	if d := at.Sub(released); d > time.Second {
+	// The waiter's own next attempt is 3 s away (a third of its waiter
+	// timeout): within 2 s (1 s left a starved host, load 23 on 2 cores,
+	// too little room) it can only be the release's wake-up.
+	if d := at.Sub(released); d > 2*time.Second {
 		t.Fatalf("waiter took the permit %v after the release: not woken", d)
 	}
 }
@@ -294,14 +297,14 @@ func TestSetPermits(t *testing.T) {
 		}
 		got <- p
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitQueued(t, name, 1)
 	if err := c.SetPermits(ctx, name, 2); err != nil {
 		t.Fatal(err)
 	}
 	var p2 *semaphore.Permit
 	select {
 	case p2 = <-got:
-	case <-time.After(time.Second):
+	case <-time.After(2 * time.Second): // the waiter's own next attempt is 3 s away
 		t.Fatal("raising N did not wake the waiter")
 	}
 	if err := c.SetPermits(ctx, name, 1); err != nil {
@@ -391,4 +394,19 @@ func TestBadInput(t *testing.T) {
 	if err := c.SetPermits(ctx, "x", -1); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("SetPermits(-1): %v", err)
 	}
+}
+
+// waitQueued waits until name's queue holds n waiters.
+func waitQueued(t *testing.T, name string, n int64) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	defer rdb.Close()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if q, err := rdb.LLen(context.Background(), semKeys(name)[3]).Result(); err != nil {
+			t.Fatal(err)
+		} else if q == n {
+			return
+		}
+	}
+	t.Fatalf("%d waiters not queued for %q", n, name)
 }
