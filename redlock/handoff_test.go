@@ -24,8 +24,19 @@ func inLine(t *testing.T, ctx context.Context, c *redlock.Client, key, owner str
 		l, err := c.Obtain(lock.WithOwner(ctx, owner), key)
 		out <- obtained{l, err, time.Now()}
 	}()
-	time.Sleep(50 * time.Millisecond) // in line: it makes no round trip while the holder holds
+	waitInLine(t, c, key, 1) // in line: it makes no round trip while the holder holds
 	return out
+}
+
+// waitInLine waits until n goroutines of c wait in its local line for key.
+func waitInLine(t testing.TB, c *redlock.Client, key string, n int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if redlock.InLine(c, key) == n {
+			return
+		}
+	}
+	t.Fatalf("%d goroutines not in line for %q", n, key)
 }
 
 // releaseTo releases a, which must succeed, and returns what the Obtain

@@ -49,7 +49,7 @@ func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the second goroutine waits in line
+	waitInLine(t, c, key, 1) // the second goroutine waits in line
 	node, _ := hashlock.NewNode(redlock.DefaultPrefix)
 	k := node.Keys(key)
 	for _, r := range dial(t, addrsOf(shared[:3])...) {
@@ -102,7 +102,7 @@ func TestLocalLineCancelAndReentry(t *testing.T) {
 		_, err := c.Obtain(ctx, key)
 		waiting <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitInLine(t, c, key, 1)
 	c.Close()
 	select {
 	case err := <-waiting:

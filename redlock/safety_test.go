@@ -39,10 +39,11 @@ func TestVanishedHoldOtherClientSameOwner(t *testing.T) {
 	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), lock.NewOwner())
 	a, b := newClient(t, nil), newClient(t, nil)
 	key := uniqueKey(t)
-	ttl := lock.WithTTL(300 * time.Millisecond)
-	l1 := mustObtain(t, ctx, a, key, ttl)
+	l1 := mustObtain(t, ctx, a, key, lock.WithTTL(300*time.Millisecond))
 	vanish(t, key)
-	l2 := mustObtain(t, ctx, b, key, ttl)
+	// 1.5 s: the new hold must outlive a starved renewal (load 23 on 2
+	// cores) for its Release to tell; 300 ms lost it after 200 ms.
+	l2 := mustObtain(t, ctx, b, key, lock.WithTTL(1500*time.Millisecond))
 	if l2.Token() <= l1.Token() {
 		t.Fatalf("the new hold's token %d, want above %d", l2.Token(), l1.Token())
 	}
@@ -181,7 +182,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 		}
 		next <- l
 	}()
-	time.Sleep(100 * time.Millisecond) // in line behind first
+	waitInLine(t, c, key, 1) // in line behind first
 	losers[1].Arm(redlock.Scripts()["handoff.lua"].Hash())
 	if err := first.Release(ctx); err != nil {
 		t.Fatalf("Release that handed over, its reply resent on master 1: %v", err)
