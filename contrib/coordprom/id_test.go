@@ -168,8 +168,10 @@ func TestWorkerLeaseLost(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := newIDMetrics(t, reg)
 	rdb := shared.Client(t)
+	// 1.5 s: both leases must outlive a starved renewal (load 23 on 2
+	// cores) until the deletion and kept's Release; 300 ms left 200 ms.
 	leaser, err := workerid.NewRedis(rdb, workerid.WithMetrics(m), workerid.WithLogger(quiet),
-		workerid.WithTTL(300*time.Millisecond))
+		workerid.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
