@@ -20,8 +20,11 @@ func TestRaise(t *testing.T) {
 	renewed := make(chan time.Duration, 100)
 	var w *watchdog.Watchdog
 	ready := make(chan struct{})
+	// 1.5 s: the checks below run before the first deadline; with 300 ms,
+	// a test goroutine starved for 300 ms (load 23 on 2 cores) saw the
+	// lease lost before its Raise.
 	w, err := watchdog.Start(watchdog.Config{
-		TTL:         300 * time.Millisecond,
+		TTL:         1500 * time.Millisecond,
 		Interval:    100 * time.Millisecond,
 		LastRenewed: start,
 		Renew: func(ctx context.Context) error {
@@ -35,33 +38,33 @@ func TestRaise(t *testing.T) {
 	}
 	close(ready)
 	defer w.Stop()
-	if got := w.TTL(); got != 300*time.Millisecond {
-		t.Fatalf("TTL %v, want 300ms", got)
+	if got := w.TTL(); got != 1500*time.Millisecond {
+		t.Fatalf("TTL %v, want 1.5s", got)
 	}
 	w.Raise(100*time.Millisecond, time.Time{}) // shorter: nothing changes
-	if got, u := w.TTL(), w.Until(); got != 300*time.Millisecond || !u.Equal(start.Add(300*time.Millisecond)) {
+	if got, u := w.TTL(), w.Until(); got != 1500*time.Millisecond || !u.Equal(start.Add(1500*time.Millisecond)) {
 		t.Fatalf("after a shorter Raise: TTL %v, Until %v from start", got, u.Sub(start))
 	}
-	w.Raise(2*time.Second, start.Add(10*time.Millisecond))
-	if got := w.TTL(); got != 2*time.Second {
-		t.Fatalf("TTL after Raise(2s) = %v", got)
+	w.Raise(4*time.Second, start.Add(10*time.Millisecond))
+	if got := w.TTL(); got != 4*time.Second {
+		t.Fatalf("TTL after Raise(4s) = %v", got)
 	}
-	if u := w.Until(); !u.Equal(start.Add(2010 * time.Millisecond)) {
-		t.Fatalf("Until after Raise(2s, start+10ms) = start+%v, want start+2.01s", u.Sub(start))
+	if u := w.Until(); !u.Equal(start.Add(4010 * time.Millisecond)) {
+		t.Fatalf("Until after Raise(4s, start+10ms) = start+%v, want start+4.01s", u.Sub(start))
 	}
-	w.Raise(time.Second, start.Add(20*time.Millisecond)) // earlier deadline, shorter TTL: no change
-	if u := w.Until(); !u.Equal(start.Add(2010*time.Millisecond)) || w.TTL() != 2*time.Second {
+	w.Raise(2*time.Second, start.Add(20*time.Millisecond)) // earlier deadline, shorter TTL: no change
+	if u := w.Until(); !u.Equal(start.Add(4010*time.Millisecond)) || w.TTL() != 4*time.Second {
 		t.Fatalf("a shorter Raise moved Until to start+%v or TTL to %v", u.Sub(start), w.TTL())
 	}
 	// The renewals (failing) carry the raised TTL, and the lease is not
-	// lost at the first TTL's end, 300 ms after start, though every renewal failed.
-	if got := <-renewed; got != 2*time.Second {
-		t.Fatalf("a renewal read TTL %v, want 2s", got)
+	// lost at the first TTL's end, 1.5 s after start, though every renewal failed.
+	if got := <-renewed; got != 4*time.Second {
+		t.Fatalf("a renewal read TTL %v, want 4s", got)
 	}
-	for time.Since(start) < 600*time.Millisecond {
+	for time.Since(start) < 1800*time.Millisecond {
 		select {
 		case <-w.Lost():
-			t.Fatalf("lost %v after start: %v (the raised deadline is 2.01 s)", time.Since(start), w.Err())
+			t.Fatalf("lost %v after start: %v (the raised deadline is 4.01 s)", time.Since(start), w.Err())
 		case <-renewed:
 		case <-time.After(time.Second):
 			t.Fatal("no renewal for 1 s")
