@@ -183,8 +183,8 @@ func TestLocalLineLostHoldLetsNextIn(t *testing.T) {
 	key := uniqueKey(t)
 	c := newClient(t, nil)
 	// 1.5 s: the hold must still be there for ForceRelease to delete it;
-	// with 300 ms, a renewal starved for 200 ms (load 23 on 2 cores) let it
-	// expire first.
+	// with 300 ms, a renewal starved for 200 ms (load 23 on 2 cores) would
+	// let it expire first.
 	lost := mustObtain(t, ctx, c, key, lock.WithTTL(1500*time.Millisecond))
 	got := make(chan error, 1)
 	go func() {

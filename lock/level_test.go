@@ -218,7 +218,7 @@ func TestRWShortReaderKeepsLongReader(t *testing.T) {
 	key := uniqueKey(t)
 	long := mustObtain(t, lock.WithOwner(ctx, "long"), rw.Read(), key, lock.WithTTL(6*time.Second))
 	// 1.5 s, renewed every 500 ms: with 200 ms, a renewal starved for
-	// 134 ms (load 23 on 2 cores) lost the short reader before its Release.
+	// 134 ms (load 23 on 2 cores) would lose the short reader first.
 	const shortTTL = 1500 * time.Millisecond
 	short := mustObtain(t, lock.WithOwner(ctx, "short"), rw.Read(), key, lock.WithTTL(shortTTL))
 	first := short.(lock.LeaseStatus).Until()

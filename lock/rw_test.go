@@ -34,7 +34,7 @@ func TestRWCrashedReaderExpires(t *testing.T) {
 	live := newRW(t)
 	// The live reader renews at 500 ms, within the crashed reader's 600 ms,
 	// and keeps its share through a starved second (load 23 on 2 cores):
-	// with 300 ms, a renewal starved for 200 ms lost it.
+	// with 300 ms, a renewal starved for 200 ms would lose it.
 	r, err := live.Read().Obtain(ctx, key, lock.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -125,7 +125,7 @@ func TestVanishedHoldOtherClientSameOwner(t *testing.T) {
 	l1 := mustObtain(t, ctx, a, key, lock.WithTTL(300*time.Millisecond))
 	vanish(t, ctx, key)
 	// 1.5 s: the new hold must outlive a starved renewal (load 23 on 2
-	// cores) for its Release to tell; 300 ms lost it after 200 ms.
+	// cores) for its Release to tell; 300 ms loses it after 200 ms.
 	l2 := mustObtain(t, ctx, b, key, lock.WithTTL(1500*time.Millisecond))
 	waitClosed(t, l1.Lost(), time.Second, "the vanished hold's Lost (next renewal)")
 	time.Sleep(150 * time.Millisecond)

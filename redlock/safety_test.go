@@ -42,7 +42,7 @@ func TestVanishedHoldOtherClientSameOwner(t *testing.T) {
 	l1 := mustObtain(t, ctx, a, key, lock.WithTTL(300*time.Millisecond))
 	vanish(t, key)
 	// 1.5 s: the new hold must outlive a starved renewal (load 23 on 2
-	// cores) for its Release to tell; 300 ms lost it after 200 ms.
+	// cores) for its Release to tell; 300 ms loses it after 200 ms.
 	l2 := mustObtain(t, ctx, b, key, lock.WithTTL(1500*time.Millisecond))
 	if l2.Token() <= l1.Token() {
 		t.Fatalf("the new hold's token %d, want above %d", l2.Token(), l1.Token())

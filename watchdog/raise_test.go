@@ -21,8 +21,8 @@ func TestRaise(t *testing.T) {
 	var w *watchdog.Watchdog
 	ready := make(chan struct{})
 	// 1.5 s: the checks below run before the first deadline; with 300 ms,
-	// a test goroutine starved for 300 ms (load 23 on 2 cores) saw the
-	// lease lost before its Raise.
+	// a test goroutine starved for 300 ms (load 23 on 2 cores) would see
+	// the lease lost before its Raise.
 	w, err := watchdog.Start(watchdog.Config{
 		TTL:         1500 * time.Millisecond,
 		Interval:    100 * time.Millisecond,

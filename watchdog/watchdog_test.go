@@ -104,7 +104,7 @@ func TestFailingRenewalsLoseAfterTTL(t *testing.T) {
 	var mu sync.Mutex
 	failing := false
 	// 1.5 s, renewed every 500 ms: with 600 ms, a renewal starved for
-	// 400 ms (load 23 on 2 cores) lost the lease while renewals succeeded.
+	// 400 ms (load 23 on 2 cores) would lose the lease while renewals succeed.
 	w := start(t, watchdog.Config{TTL: 1500 * time.Millisecond, Renew: func(context.Context) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -273,7 +273,7 @@ func TestFirstTTL(t *testing.T) {
 		var at []time.Duration
 		begin := time.Now()
 		// A first TTL of 1.5 s: with 150 ms, a renewal starved for
-		// 100 ms (load 23 on 2 cores) lost the lease. The TTL is 6 s so
+		// 100 ms (load 23 on 2 cores) would lose the lease. The TTL is 6 s so
 		// that the usual schedule (every 2 s) stays told apart.
 		w := start(t, watchdog.Config{TTL: 6 * time.Second, FirstTTL: 1500 * time.Millisecond, LastRenewed: begin,
 			Renew: func(context.Context) error {

@@ -76,7 +76,7 @@ func TestLockClient(t *testing.T) {
 
 	// A lease whose key is deleted: its next renewal (TTL/3) finds it not
 	// held. 1.5 s: with 300 ms, a renewal starved for 200 ms (load 23 on 2
-	// cores) lost the lease as expired before the deletion told.
+	// cores) would lose the lease as expired before the deletion told.
 	lost := "orders:" + uniqueKey(t)
 	l, err = c.Obtain(ctx, lost, lock.WithTTL(1500*time.Millisecond))
 	if err != nil {
