@@ -104,6 +104,7 @@ func pauseHolder(spec string) int {
 	}
 	fmt.Println("ready")
 	rings := make([][]int64, issuers)
+	var first sync.Once // "issuing": the test stops this process only once it has
 	var wg sync.WaitGroup
 	for g := range rings {
 		wg.Add(1)
@@ -115,6 +116,7 @@ func pauseHolder(spec string) int {
 				if err != nil {
 					break // lost: the generator stopped
 				}
+				first.Do(func() { fmt.Println("issuing") })
 				if len(ring) < ringSize {
 					ring = append(ring, id)
 				} else {
@@ -203,7 +205,13 @@ func TestPausedHolderIssuesNothing(t *testing.T) {
 			if line, err := r.ReadString('\n'); err != nil || line != "ready\n" {
 				t.Fatalf("holder: %q %v", line, err)
 			}
-			time.Sleep(50 * time.Millisecond) // issuing
+			// Stopped while issuing: a 50 ms sleep here left a starved
+			// holder (make test-stress, load 38 on 2 cores) no time to
+			// issue a first ID, and so nothing to compare.
+			if line, err := r.ReadString('\n'); err != nil || line != "issuing\n" {
+				t.Fatalf("holder: %q %v", line, err)
+			}
+			time.Sleep(20 * time.Millisecond)
 			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
