@@ -257,8 +257,13 @@ func startWorker(ctx context.Context, lib string, args ...string) (*procWorker, 
 	if path, ok := extraCoordkit[lib]; ok {
 		exe, lib = path, "coordkit"
 	}
-	args = append([]string{"-lib", lib}, args...)
-	cmd := exec.CommandContext(ctx, exe, append([]string{"lockworker"}, args...)...)
+	return spawnWorker(ctx, exe, append([]string{"lockworker", "-lib", lib}, args...))
+}
+
+// spawnWorker starts exe with args (a worker mode of this binary and its
+// flags) and waits for it to print "ready".
+func spawnWorker(ctx context.Context, exe string, args []string) (*procWorker, error) {
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
