@@ -7,7 +7,8 @@
 //	go run . [-suite idgen,lock] [-rounds 5] [-dur 2s] [-cpuprofile f]
 //
 // The lockproc suite runs each library in a process of its own: this
-// binary, started again as "bench lockworker ...".
+// binary, started again as "bench lockworker ..."; the txn suite runs each
+// mode so, as "bench txnworker ...".
 //
 // Each suite lives in a file of its own and registers itself from init.
 // Servers (redis-server, ZooKeeper) are started on loopback by
@@ -39,6 +40,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "lockworker" { // a process of the lockproc suite
 		if err := lockWorker(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "lockworker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "txnworker" { // a process of the txn suite
+		if err := txnWorker(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "txnworker:", err)
 			os.Exit(1)
 		}
 		return
