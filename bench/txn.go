@@ -41,6 +41,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -141,6 +142,17 @@ func (c *tripConn) Write(b []byte) (int, error) {
 		c.n.Add(1)
 	}
 	return c.Conn.Write(b)
+}
+
+// SyscallConn exposes the socket, as the unwrapped connection does, so
+// that go-sql-driver still makes its liveness check (a non-blocking read
+// on the socket, not a round trip, before it reuses a connection).
+func (c *tripConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }
 
 func (c *tripConn) Read(b []byte) (int, error) {
