@@ -193,8 +193,20 @@ func (h *hold) Lost(cause error) {
 // of renewals, an error matching watchdog.ErrNotHeld (and lock.ErrNotHeld)
 // when so many masters answered "not held" that a quorum is impossible,
 // and otherwise an error joining ErrNoQuorum with the masters' errors.
+//
+// The round waits on ctx (the watchdog's: Stop and the lease's deadline
+// end it), but each master's command runs on a ctx detached from it,
+// bounded by the slow bound and owned by the Client (Close waits for it):
+// once a quorum decided the round, the watchdog cancels ctx, and a master
+// whose command was not sent yet (a starved goroutine, a busy connection
+// pool) would otherwise never be renewed. Its key would then expire one
+// interval before the Until the round set, and the hold, fresh on only the
+// quorum, would no longer survive one master losing its data (see the
+// package documentation). A late renewal extends nothing but this hold's
+// own level (renew.lua), which only its release removes.
 func (c *Client) renew(ctx context.Context, key, owner, level string, ttl time.Duration) error {
 	n := len(c.masters)
+	detached := context.WithoutCancel(ctx)
 	rs := fanOut(c, ctx, c.o.slowTimeout(), nil, func(out []reply[bool]) bool {
 		ok, notHeld := 0, 0
 		for _, r := range out {
@@ -207,8 +219,10 @@ func (c *Client) renew(ctx context.Context, key, owner, level string, ttl time.D
 			}
 		}
 		return ok >= c.quorum || notHeld > n-c.quorum
-	}, nil, blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
-		return c.node.Renew(ctx, rdb, key, owner, level, ttl)
+	}, nil, blocking(c, func(_ context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+		cctx, cancel := context.WithTimeout(detached, c.o.slowTimeout())
+		defer cancel()
+		return c.node.Renew(cctx, rdb, key, owner, level, ttl)
 	}))
 	ok, notHeld := 0, 0
 	var errs []error
