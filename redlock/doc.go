@@ -43,8 +43,11 @@
 // A master restarted without its data (no persistence, or
 // appendfsync everysec losing the last second) forgets the locks it
 // granted. With N = 3, one such restart leaves a holder on 2 of 3 masters
-// and another client still cannot reach a quorum; a second master losing
-// its data lets a second client obtain the lock while the first still
+// and another client still cannot reach a quorum (if the holder had all 3:
+// a master its acquisition or its last renewal did not reach in time —
+// down, partitioned, answering past the bounds — counts as the first
+// fault); a second master losing its data lets a second client obtain
+// the lock while the first still
 // believes it holds it (its next renewal finds the lock gone on 2 of 3
 // masters and Lost() closes; its token is smaller than the new holder's).
 // The tests show exactly this. A lock hash deleted on a master (an
@@ -179,6 +182,11 @@
 //
 // Extension: the watchdog (package watchdog) renews every TTL/3 with
 // renew.lua on all masters; a round succeeds with a quorum of renewals.
+// The masters that had not answered by then are renewed all the same:
+// their commands run on in the background, within the slow bound (20 ×
+// the node timeout), so every master that holds the lease and runs its
+// renewal within that bound keeps it at least until the Until the round
+// set, not only the quorum that decided it.
 // When so many masters answer "not held" that no quorum is possible the
 // lease is lost at once; when rounds keep failing, it is lost TTL − drift
 // after the start of the last successful round (the acquisition's for the
