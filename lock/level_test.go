@@ -111,7 +111,7 @@ func TestNestedLongerTTLRaisesHold(t *testing.T) {
 	}
 	until := status.Until()
 	d := rdb.PTTL(ctx, "nested:{"+key+"}").Val()
-	if left := until.Sub(time.Now()) - time.Millisecond; d < left || until.Sub(sent) < 6*time.Second {
+	if left := time.Until(until) - time.Millisecond; d < left || until.Sub(sent) < 6*time.Second {
 		t.Fatalf("PTTL after the hold's renewals: %v, want at least the lease's %v left (the nested level's 6 s, deadline %v after the re-entry)", d, left, until.Sub(sent))
 	}
 	if err := lock.LostCause(outer); err != nil {
