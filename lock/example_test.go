@@ -252,7 +252,7 @@ func ExampleWithLogger() {
 	defer locker.Close()
 	ctx := context.Background()
 
-	l, _ := locker.Obtain(ctx, "example:logger", lock.WithTTL(60*time.Millisecond))
+	l, _ := locker.Obtain(ctx, "example:logger", lock.WithTTL(time.Second))
 	locker.ForceRelease(ctx, "example:logger") // as an operator would
 	<-l.Lost()
 	// Output:
