@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -18,11 +19,19 @@ import (
 
 // proxiedDB is a pool on b's shared server through a new fault proxy.
 func (b backend) proxiedDB(t *testing.T) (*sql.DB, *testserver.Proxy) {
+	return b.proxiedDBDialing(t, 1)
+}
+
+// proxiedDBDialing is proxiedDB with a dial bound of secs seconds: 1 makes
+// a dial into a black hole fail fast; a test that makes none needs more on
+// a loaded host, where PostgreSQL's start of a session (a forked backend)
+// took over a second in .ci/run.
+func (b backend) proxiedDBDialing(t *testing.T, secs int) (*sql.DB, *testserver.Proxy) {
 	px := testserver.StartProxy(t, b.server().Addr())
 	if b.dialect == sqllock.MySQL {
-		return openDB(t, "mysql", maria.DSNAt(px.Addr(), "timeout=1s")), px
+		return openDB(t, "mysql", maria.DSNAt(px.Addr(), fmt.Sprintf("timeout=%ds", secs))), px
 	}
-	return openDB(t, "pgx", pg.DSNAt(px.Addr(), "connect_timeout=1")), px
+	return openDB(t, "pgx", pg.DSNAt(px.Addr(), fmt.Sprintf("connect_timeout=%d", secs))), px
 }
 
 // exec runs q with args on db, failing the test on error.
@@ -417,7 +426,7 @@ func TestReleaseDuringCheck(t *testing.T) {
 	for _, b := range backends[:2] {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := ctxTimeout(t, 60*time.Second)
-			db, px := b.proxiedDB(t)
+			db, px := b.proxiedDBDialing(t, 10) // no black hole here
 			c := b.client(t, db)
 			key := uniqueKey(t)
 			mustObtain(t, ctx, c, key).Release(ctx) // checks the schema, fills the pool
