@@ -28,7 +28,10 @@
 //   - MariaDB: mariadbd on a data directory made by mariadb-install-db,
 //     with the database coordkit; PostgreSQL: postgres on a cluster made by
 //     initdb (both run as nobody when the tests run as root, since they
-//     refuse root). Kill (a crash: SIGKILL, to PostgreSQL's backends too),
+//     refuse root). The data directory is a copy of a template that
+//     mariadb-install-db or initdb makes once per machine and set of
+//     binaries, in $TMPDIR/coordkit-templates (a copy takes a tenth of the
+//     time of a set-up, and make test starts dozens). Kill (a crash: SIGKILL, to PostgreSQL's backends too),
 //     Pause/Resume (SIGSTOP/SIGCONT, backends included), Start and Restart
 //     on the same port with the committed data. DSN and DSNAt (through a
 //     Proxy) name the server for github.com/go-sql-driver/mysql and
@@ -45,8 +48,8 @@
 //     black-holing (connections accepted, bytes never delivered), both ways
 //     or one way only (a half-open link).
 //
-// Output: a server's own output (and that of mariadb-install-db and initdb)
-// goes to a log file in its directory, never to the test's output. When a
+// Output: a server's own output goes to a log file in its directory (that
+// of mariadb-install-db and initdb beside the template), never to the test's output. When a
 // server fails to start, the error names that file, which is kept, and
 // quotes its end (the set-up commands: the lines that report an error).
 // The helpers that take a testing.TB route the process-wide loggers (slog's

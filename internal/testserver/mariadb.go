@@ -42,7 +42,8 @@ func WithServerArgs(args ...string) SQLOption {
 // concurrent use.
 type MariaDB struct{ sqlServer }
 
-// NewMariaDB makes a data directory in a new temporary directory, starts
+// NewMariaDB copies a data directory into a new temporary directory (made
+// by mariadb-install-db once per machine, see templateDir), starts
 // mariadbd on a free loopback port and waits until it greets clients. The
 // caller must Close it. A missing mariadbd or mariadb-install-db is
 // ErrMissingBinary, naming the package to install.
@@ -75,13 +76,24 @@ func NewMariaDB(opts ...SQLOption) (*MariaDB, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	common := []string{"--innodb-log-file-size=16M", "--innodb-buffer-pool-size=32M", "--tmpdir=" + tmp}
-	args := append([]string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
-		"--skip-test-db"}, common...)
+	common := []string{"--innodb-log-file-size=16M", "--innodb-buffer-pool-size=32M"}
+	installArgs := append([]string{"--no-defaults", "--auth-root-authentication-method=normal", "--skip-test-db"}, common...)
 	if os.Geteuid() == 0 {
-		args = append(args, "--user=root")
+		installArgs = append(installArgs, "--user=root")
 	}
-	if err := runAs(nil, dir, install, args...); err != nil {
+	common = append(common, "--tmpdir="+tmp)
+	tmpl, err := templateDir("mariadb", nil, []string{bin, install}, installArgs, func(scratch string) error {
+		// The install's own mariadbd gets a tmpdir of its own too.
+		if err := os.Mkdir(filepath.Join(scratch, "tmp"), 0o755); err != nil {
+			return err
+		}
+		return runAs(nil, scratch, install, append(installArgs,
+			"--datadir="+filepath.Join(scratch, "data"), "--tmpdir="+filepath.Join(scratch, "tmp"))...)
+	})
+	if err == nil {
+		err = copyData(tmpl, dir)
+	}
+	if err != nil {
 		removeKeepingLogs(dir)
 		return nil, err
 	}

@@ -28,7 +28,8 @@ const pgBinDirs = "/usr/lib/postgresql/*/bin"
 // safe for concurrent use.
 type Postgres struct{ sqlServer }
 
-// NewPostgres runs initdb in a new temporary directory, starts postgres on a
+// NewPostgres copies a cluster made by initdb (once per machine, see
+// templateDir) into a new temporary directory, starts postgres on a
 // free loopback port and waits until it accepts a session. The caller must
 // Close it. A missing initdb or postgres (looked up on PATH, then in
 // /usr/lib/postgresql/*/bin) is ErrMissingBinary, naming the package to
@@ -59,8 +60,14 @@ func NewPostgres(opts ...SQLOption) (*Postgres, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	if err := runAs(cred, dir, initdb, "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
-		"--locale=C", "-N", "--no-instructions"); err != nil {
+	initArgs := []string{"-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "-N", "--no-instructions"}
+	tmpl, err := templateDir("postgres", cred, []string{bin, initdb}, initArgs, func(scratch string) error {
+		return runAs(cred, scratch, initdb, append([]string{"-D", filepath.Join(scratch, "data")}, initArgs...)...)
+	})
+	if err == nil {
+		err = copyData(tmpl, dir)
+	}
+	if err != nil {
 		removeKeepingLogs(dir)
 		return nil, err
 	}
