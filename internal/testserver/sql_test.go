@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +230,47 @@ func TestMariaDBTempTablesSurviveAnotherStart(t *testing.T) {
 	// them, and fails when they are gone.
 	if _, err := conn.ExecContext(ctx, "DROP TEMPORARY TABLE tt"); err != nil {
 		t.Fatalf("dropping the first server's temporary table after a second server started: %v", err)
+	}
+}
+
+// TestSQLTemplateCopies: every server starts on a copy of its kind's
+// template, made once: what one server writes, another started later does
+// not see, and the template is not remade.
+func TestSQLTemplateCopies(t *testing.T) {
+	for _, kind := range []string{"mariadb", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			start := func() *sql.DB {
+				if kind == "mariadb" {
+					return openDB(t, "mysql", testserver.StartMariaDB(t).DSN())
+				}
+				return openDB(t, "pgx", testserver.StartPostgres(t).DSN())
+			}
+			db := start()
+			if _, err := db.ExecContext(ctx, "CREATE TABLE written_here (v INT)"); err != nil {
+				t.Fatal(err)
+			}
+			tmpls, err := filepath.Glob(filepath.Join(os.TempDir(), "coordkit-templates", kind+"-*", "data"))
+			if err != nil || len(tmpls) == 0 {
+				t.Fatalf("no %s template in %s: %v", kind, os.TempDir(), err)
+			}
+			before := map[string]time.Time{}
+			for _, p := range tmpls {
+				st, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before[p] = st.ModTime()
+			}
+			other := start()
+			if _, err := other.ExecContext(ctx, "SELECT * FROM written_here"); err == nil {
+				t.Fatal("a second server sees a table the first one created: not a copy")
+			}
+			for p, m := range before {
+				if st, err := os.Stat(p); err != nil || !st.ModTime().Equal(m) {
+					t.Errorf("template %s changed by a server's start: %v", p, err)
+				}
+			}
+		})
 	}
 }
