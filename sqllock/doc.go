@@ -199,7 +199,11 @@
 // (UPDATE ... RETURNING 1) SELECT pg_advisory_unlock(key) FROM u, since a
 // qualification in READ COMMITTED can run twice on a concurrently updated
 // row). The connection then goes back to the pool holding nothing; a
-// release that is not confirmed closes it instead. An uncontended
+// release that is not confirmed closes it instead. A release that finds
+// the session already ended (killed, cut, timed out) answers
+// lock.ErrNotHeld with ErrSessionLost and closes Lost with that cause:
+// the lock had been free since the session ended, and the caller learns
+// that part of its critical section may have run without it. An uncontended
 // lock-and-release costs two round trips (after the first use of a
 // PostgreSQL connection, whose statements pgx prepares and caches). On
 // MySQL the Client writes its arguments into its statements (strings as

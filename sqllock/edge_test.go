@@ -62,6 +62,37 @@ func killSession(t *testing.T, b backend, key string) {
 	}
 }
 
+// killSessionGone is killSession, then waits until the server lists the
+// session no more: KILL and pg_terminate_backend return before the session
+// has ended.
+func killSessionGone(t *testing.T, b backend, key string) {
+	t.Helper()
+	db := b.openDB(t)
+	var id int64
+	q := "SELECT session FROM " + sqllock.DefaultFenceTable + " WHERE name = ?"
+	list := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
+	if b.dialect == sqllock.Postgres {
+		q = "SELECT session FROM " + sqllock.DefaultFenceTable + " WHERE name = $1"
+		list = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1::int"
+	}
+	if err := db.QueryRowContext(context.Background(), q, sqllock.DefaultPrefix+key).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	killSession(t, b, key)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := db.QueryRowContext(context.Background(), list, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %d still listed 10 s after it was killed", id)
+		}
+	}
+}
+
 // TestCloseReleasesCleanly: Close reports the leases lost and releases
 // them: another owner obtains the key at once, without waiting for a
 // session lock's row to expire.
@@ -303,6 +334,32 @@ func TestObservability(t *testing.T) {
 					t.Fatal(err)
 				}
 			}, watchdog.ErrExpired)
+		})
+	}
+}
+
+// TestReleaseAfterSessionEnded: a session lock's session is killed from
+// outside and its holder releases before any check has run (a 30 s TTL:
+// the first check is 10 s away). The release cannot free what the session
+// no longer holds: it answers lock.ErrNotHeld with ErrSessionLost, never
+// "released", and Lost closes with the same cause, so a caller who checks
+// either learns that its critical section ran without the lock from some
+// point on.
+func TestReleaseAfterSessionEnded(t *testing.T) {
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 20*time.Second)
+			key := uniqueKey(t)
+			l := mustObtain(t, ctx, b.client(t, nil), key, lock.WithTTL(30*time.Second))
+			killSessionGone(t, b, key)
+			err := l.Release(ctx)
+			if !errors.Is(err, lock.ErrNotHeld) || !errors.Is(err, sqllock.ErrSessionLost) {
+				t.Fatalf("Release after the session was killed: %v, want lock.ErrNotHeld and sqllock.ErrSessionLost", err)
+			}
+			waitClosed(t, l.Lost(), time.Second, "Lost after a release found the session gone")
+			if cause := lock.LostCause(l); !errors.Is(cause, sqllock.ErrSessionLost) {
+				t.Errorf("LostCause: %v, want ErrSessionLost", cause)
+			}
 		})
 	}
 }
