@@ -79,6 +79,14 @@ type hold struct {
 	since time.Time // when its acquisition was sent
 	made  time.Time // when its acquisition's answer made it (requests sent later see it in Redis)
 	gate  *gateHold // the local line's front, given up when the hold ends or is lost; or nil
+	// late: the acquisition's answer came after the hold's first deadline
+	// (written before the watchdog starts). Until a renewal or a re-entry
+	// with a TTL moves that deadline (confirmed), such a hold is not held
+	// (Held) and is never handed to a caller: Obtain releases it and tries
+	// again, and its loss is not a lease lost (observe's Discarded, at
+	// Debug, not counted).
+	late      bool
+	confirmed atomic.Bool
 }
 
 // subscription is the client's one Pub/Sub connection, subscribed to its
@@ -250,7 +258,7 @@ func (c *Client) obtainHeld(ctx context.Context, key string, wait bool, o obtain
 		if err != nil || l.h.wd.Held() {
 			return l, err
 		}
-		_ = l.Release(ctx) // best effort: the key's TTL ends it otherwise
+		_ = l.release(ctx) // best effort: the key's TTL ends it otherwise; not the caller's, so no Released hook
 		switch {
 		case !wait:
 			return nil, ErrNotObtained

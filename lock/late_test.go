@@ -1,13 +1,15 @@
 package lock_test
 
 import (
-	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/locktest"
+	"github.com/coordkit/coordkit/internal/logtest"
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -19,30 +21,38 @@ import (
 // already past its deadline, which Lost reported at once, while another
 // client held the lock.
 func TestLateAnswerNotReturned(t *testing.T) {
-	for _, simple := range []bool{false, true} {
-		name := "Client"
-		if simple {
-			name = "Simple"
-		}
-		t.Run(name, func(t *testing.T) { testLateAnswer(t, simple) })
+	for _, kind := range []string{"Client", "Simple", "RWWrite", "RWRead"} {
+		t.Run(kind, func(t *testing.T) { testLateAnswer(t, kind) })
 	}
 }
 
-func testLateAnswer(t *testing.T, simple bool) {
+func testLateAnswer(t *testing.T, kind string) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	srv := testserverRedis(t)
 	proxy := testserver.StartProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // default options: 3 s read timeout
 	t.Cleanup(func() { rdb.Close() })
 	var late, other lock.Locker
-	if simple {
-		s := lock.NewSimple(rdb)
+	logs, m := &logtest.Recorder{}, &locktest.MetricsRecorder{}
+	observed := []lock.ClientOption{lock.WithLogger(slog.New(logs)), lock.WithMetrics(m)}
+	switch kind {
+	case "Simple":
+		s := lock.NewSimple(rdb, observed...)
 		t.Cleanup(func() { s.Close() })
 		o := lock.NewSimple(srv.Client(t))
 		t.Cleanup(func() { o.Close() })
 		late, other = s, o
-	} else {
-		c := lock.New(rdb)
+	case "RWWrite", "RWRead": // the other holds the write side
+		rw := lock.NewRW(rdb, observed...)
+		t.Cleanup(func() { rw.Close() })
+		o := lock.NewRW(srv.Client(t))
+		t.Cleanup(func() { o.Close() })
+		late, other = rw.Write(), o.Write()
+		if kind == "RWRead" {
+			late = rw.Read()
+		}
+	default:
+		c := lock.New(rdb, observed...)
 		t.Cleanup(func() { c.Close() })
 		late, other = c, newClient(t, srv)
 	}
@@ -88,14 +98,36 @@ func testLateAnswer(t *testing.T, simple bool) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	defer r.l.Release(context.Background())
 	select {
 	case <-r.l.Lost():
 		t.Fatal("the lease Obtain returned is lost")
 	default:
 	}
-	if r.l.Token() <= held.Token() {
+	switch {
+	case kind == "RWRead" && r.l.Token() != held.Token(): // a read lease's token is the last write's
+		t.Fatalf("read token %d, want the last writer's %d", r.l.Token(), held.Token())
+	case kind != "RWRead" && r.l.Token() <= held.Token():
 		t.Fatalf("token %d, want above the other holder's %d", r.l.Token(), held.Token())
+	}
+	// The late hold was never the caller's: its end is no lease lost (a
+	// Warn "lease lost" and a Lost hook for a lease nobody got misled
+	// ExampleWithLogger's reader, under load, into seeing two losses).
+	time.Sleep(100 * time.Millisecond) // the late hold's watchdog, if it fires, has fired
+	if rec, attrs, ok := logs.Find("lease lost"); ok {
+		t.Errorf("a lease lost logged for the late hold nobody got: %v %v", rec, attrs)
+	}
+	// Hooks: the warm-up's and the late Obtain's waited, held and released
+	// (the lease it returned, released above), nothing for the late hold.
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"waited", "held", "released"} {
+		if n := len(m.Get(h)); n != 2 {
+			t.Errorf("%d %s hooks for two Obtains, two Releases: %v", n, h, m.Calls())
+		}
+	}
+	if lost := m.Get("lost"); len(lost) != 0 {
+		t.Errorf("Lost hook called for the late hold nobody got: %v", m.Calls())
 	}
 }
 

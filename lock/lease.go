@@ -136,6 +136,10 @@ func (c *Client) newGrantedLease(key string, keys []string, owner, id string, to
 
 func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first time.Duration) *watchdog.Watchdog {
 	key, owner, token := h.k.key, h.k.owner, h.token
+	if first <= 0 || first > o.TTL {
+		first = o.TTL // as watchdog.Config takes FirstTTL
+	}
+	h.late = !c.o.now().Before(at.Add(first))
 	cfg := watchdog.Config{
 		TTL:         o.TTL,
 		FirstTTL:    first,
@@ -154,6 +158,7 @@ func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first tim
 			case n == 0:
 				return fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld)
 			}
+			h.confirmed.Store(true) // before the watchdog moves the deadline
 			return nil
 		},
 	}
@@ -177,6 +182,7 @@ func (h *hold) raise(ttl time.Duration, at time.Time) {
 			break
 		}
 	}
+	h.confirmed.Store(true) // before the deadline moves (see hold.late)
 	h.wd.Raise(ttl, at)
 }
 
@@ -185,9 +191,15 @@ func (h *hold) raise(ttl time.Duration, at time.Time) {
 func (h *hold) Renewed(err error) { h.c.obs.Renewed(h.k.key, h.k.owner, h.token, err) }
 
 // Lost passes the hold's place in the local line on (a lost hold lets the
-// next in line try), and logs and reports the loss (watchdog.Observer).
+// next in line try), and logs and reports the loss (watchdog.Observer); a
+// late hold never renewed was never handed out, and is logged at Debug as
+// discarded instead.
 func (h *hold) Lost(cause error) {
 	h.gate.leave()
+	if h.late && !h.confirmed.Load() {
+		h.c.obs.Discarded(h.k.key, h.k.owner, h.token, cause)
+		return
+	}
 	h.c.obs.Lost(h.k.key, h.k.owner, h.token, lostErr(cause))
 }
 
@@ -323,7 +335,8 @@ func (l *lease) end() bool {
 	if ended != nil {
 		ended.wd.Stop()
 		ended.gate.leave() // after the release: the next in line finds the lock free
-		if c.o.metrics != nil {
+		// A discarded hold (hold.late) was nobody's: no Held hook.
+		if c.o.metrics != nil && (!ended.late || ended.confirmed.Load()) {
 			c.obs.Held(l.key, c.o.now().Sub(ended.since))
 		}
 	}

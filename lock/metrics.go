@@ -33,6 +33,10 @@ type Metrics interface {
 	nop()
 }
 
+// A hold whose acquisition was answered after its TTL had run out is never
+// handed to the caller (Obtain releases it and tries again): its end calls
+// no hook; only the Obtain call's Waited does, once.
+
 // NopMetrics implements Metrics and does nothing. Embed it in an
 // implementation of Metrics and override the hooks it needs.
 type NopMetrics struct{}

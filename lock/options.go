@@ -130,7 +130,9 @@ func WithMetricsKey(fn func(key string) string) ClientOption {
 
 // WithLogger sets where the client logs what happens in the background: a
 // renewal that failed or a lease lost (Warn; Info when Close ended it), a
-// clean-up that failed (Debug). Nothing is logged on the hot path. Default:
+// clean-up that failed and a hold discarded because its acquisition was
+// answered after its TTL, which Obtain never returned ("late grant
+// discarded", Debug). Nothing is logged on the hot path. Default:
 // slog.Default(); a logger with slog.DiscardHandler logs nothing.
 func WithLogger(l *slog.Logger) ClientOption { return func(o *clientOptions) { o.logger = l } }
 

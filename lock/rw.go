@@ -59,7 +59,12 @@ type RWLocker interface {
 // a read lease's Token is the token of the last write, which says which
 // version it reads. Each hold expires on the server at its own deadline
 // (a crashed reader does not keep the lock while others renew) and is kept
-// alive by a watchdog; its loss closes Lost. Waiters listen on the key's
+// alive by a watchdog; its loss closes Lost. An acquisition whose answer
+// arrives after its TTL has run since it was sent (held up in the network,
+// the process stopped) is a level the server may have expired and let a
+// writer past: it is never returned. Obtain releases it and tries again as
+// a new level (TryObtain answers ErrNotObtained), as Client's Obtain does.
+// Waiters listen on the key's
 // channel over the RW's one Pub/Sub connection: a write release wakes every
 // waiting reader at once (they all may enter), and the last read release
 // wakes the writers, who race for it.
@@ -192,6 +197,7 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 			timer.Stop()
 		}
 	}()
+	late := 0 // answers in this call that came after the TTL (Client.obtainHeld)
 	for attempt := 1; ; attempt++ {
 		sent := rw.o.now()
 		res, err := rwAcquireScript.Run(ctx, rw.rdb, keys[:4], mode, owner, o.TTL.Milliseconds(), waiter,
@@ -206,7 +212,19 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 			return nil, fmt.Errorf("lock: rw %s acquire %q: %w", mode, key, err)
 		}
 		if len(res) >= 2 && res[0] == 1 {
-			return rw.newLease(mode, key, keys, owner, level, res[1], o, sent), nil
+			l := rw.newLease(mode, key, keys, owner, level, res[1], o, sent)
+			if l.wd.Held() {
+				return l, nil
+			}
+			// The answer came after the level's deadline: Redis may have
+			// expired it and let a writer in meanwhile (Client.obtainHeld).
+			// Give it back and try again as a new level.
+			_ = l.release(ctx) // not the caller's: no Released hook
+			level = rw.id + "." + strconv.FormatUint(rw.seq.Add(1), 10)
+			if late++; !wait || late == maxLate {
+				return nil, fmt.Errorf("%w: %q: %d answers in a row came after the TTL %v had run out", ErrNotObtained, key, late, o.TTL)
+			}
+			continue
 		}
 		if !wait {
 			return nil, ErrNotObtained
@@ -334,10 +352,14 @@ type rwLease struct {
 	wd    *watchdog.Watchdog
 
 	released bool // protected by rw.mu
+	// late and confirmed: as hold's (Client).
+	late      bool
+	confirmed atomic.Bool
 }
 
 func (rw *RW) newLease(mode, key string, keys []string, owner, level string, token int64, o obtainOptions, sent time.Time) *rwLease {
 	l := &rwLease{rw: rw, mode: mode, key: key, keys: keys, owner: owner, level: level, token: token, since: sent}
+	l.late = !rw.o.now().Before(sent.Add(o.TTL)) // see hold.late
 	ttl := o.TTL.Milliseconds()
 	wd, err := watchdog.Start(watchdog.Config{
 		TTL:         o.TTL,
@@ -353,6 +375,7 @@ func (rw *RW) newLease(mode, key string, keys []string, owner, level string, tok
 			case n == 0:
 				return fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld)
 			}
+			l.confirmed.Store(true) // before the watchdog moves the deadline
 			return nil
 		},
 	})
@@ -375,7 +398,13 @@ func (rw *RW) newLease(mode, key string, keys []string, owner, level string, tok
 type rwEvents struct{ l *rwLease }
 
 func (e rwEvents) Renewed(err error) { e.l.rw.obs.Renewed(e.l.key, e.l.owner, e.l.token, err) }
-func (e rwEvents) Lost(cause error)  { e.l.rw.obs.Lost(e.l.key, e.l.owner, e.l.token, lostErr(cause)) }
+func (e rwEvents) Lost(cause error) {
+	if e.l.late && !e.l.confirmed.Load() { // never handed out (see hold.late)
+		e.l.rw.obs.Discarded(e.l.key, e.l.owner, e.l.token, cause)
+		return
+	}
+	e.l.rw.obs.Lost(e.l.key, e.l.owner, e.l.token, lostErr(cause))
+}
 
 func (l *rwLease) Key() string           { return l.key }
 func (l *rwLease) Token() int64          { return l.token }
@@ -408,7 +437,7 @@ func (l *rwLease) release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	l.wd.Stop()
-	if rw.o.metrics != nil {
+	if rw.o.metrics != nil && (!l.late || l.confirmed.Load()) { // a discarded lease was nobody's
 		rw.obs.Held(l.key, rw.o.now().Sub(l.since))
 	}
 	n, err := rwReleaseScript.Run(ctx, rw.rdb, []string{l.keys[0], l.keys[1], l.keys[0] + ":x:" + l.level},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -141,7 +142,7 @@ func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o obtain
 			}
 			// The answer came after the lease's deadline (Client.obtainHeld):
 			// give it back and try again as a new holder.
-			_ = l.Release(ctx)
+			_ = l.release(ctx) // not the caller's: no Released hook
 			value = NewOwner()
 			if late++; !wait || late == maxLate {
 				return nil, fmt.Errorf("%w: %q: %d answers in a row came after the TTL %v had run out", ErrNotObtained, key, late, o.TTL)
@@ -178,10 +179,14 @@ type simpleLease struct {
 	since    time.Time
 	wd       *watchdog.Watchdog
 	released bool // protected by s.mu
+	// late and confirmed: as hold's.
+	late      bool
+	confirmed atomic.Bool
 }
 
 func (s *Simple) newLease(key, rkey, value string, token int64, o obtainOptions, at time.Time) *simpleLease {
 	l := &simpleLease{s: s, key: key, rkey: rkey, value: value, token: token, since: at}
+	l.late = !s.o.now().Before(at.Add(o.TTL)) // see hold.late
 	ttl := o.TTL.Milliseconds()
 	wd, err := watchdog.Start(watchdog.Config{
 		TTL:         o.TTL,
@@ -196,6 +201,7 @@ func (s *Simple) newLease(key, rkey, value string, token int64, o obtainOptions,
 			case n == 0:
 				return fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld)
 			}
+			l.confirmed.Store(true) // before the watchdog moves the deadline
 			return nil
 		},
 		Observer: simpleEvents{l},
@@ -234,6 +240,10 @@ type simpleEvents struct{ l *simpleLease }
 
 func (e simpleEvents) Renewed(err error) { e.l.s.obs.Renewed(e.l.key, e.l.value, e.l.token, err) }
 func (e simpleEvents) Lost(cause error) {
+	if e.l.late && !e.l.confirmed.Load() { // never handed out (see hold.late)
+		e.l.s.obs.Discarded(e.l.key, e.l.value, e.l.token, cause)
+		return
+	}
 	e.l.s.obs.Lost(e.l.key, e.l.value, e.l.token, lostErr(cause))
 }
 
@@ -272,7 +282,9 @@ func (l *simpleLease) release(ctx context.Context) error {
 		l.wd.Lose(errReleasedLost)
 	}
 	l.wd.Stop()
-	s.obs.Held(l.key, s.o.now().Sub(l.since))
+	if !l.late || l.confirmed.Load() { // a discarded lease was nobody's
+		s.obs.Held(l.key, s.o.now().Sub(l.since))
+	}
 	if n == 0 {
 		return ErrNotHeld
 	}

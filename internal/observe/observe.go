@@ -83,6 +83,16 @@ func (o *Lock) Lost(key, owner string, token int64, cause error) {
 	}
 }
 
+// Discarded logs, at Debug, a hold that was never handed to a caller and
+// ended: its acquisition's answer came after its TTL had run out, so the
+// client released it and tried again. It is not a lease lost: no log at
+// Warn, no Lost hook.
+func (o *Lock) Discarded(key, owner string, token int64, cause error) {
+	if o.Log != nil {
+		o.Log.Debug("late grant discarded", "key", key, "owner", owner, "token", token, "cause", cause)
+	}
+}
+
 // Waited reports one Obtain or TryObtain call.
 func (o *Lock) Waited(key string, wait time.Duration, err error) {
 	if o.Metrics != nil {
