@@ -189,6 +189,10 @@ func (c *Client) keys(name string) []string {
 	return []string{h, h + ":fence", h + ":limit", h + ":q", h + ":qt", h + ":tok"}
 }
 
+// lateMax bounds the acquisitions in a row whose answer came after the
+// TTL (a TTL shorter than the round trip never gets a permit).
+const lateMax = 5
+
 // releaseWindow is how long a release's marker is kept: a release sent
 // again after a lost reply within it is answered as the first run was.
 const releaseWindow = 10 * time.Second
@@ -288,6 +292,7 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 			timer.Stop()
 		}
 	}()
+	late := 0 // answers in this call that came after the TTL
 	for {
 		sent := c.o.now()
 		res, err := acquireScript.Run(ctx, c.rdb, keys, id, ttl.Milliseconds(), c.o.permits, argWait,
@@ -305,7 +310,21 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 			return nil, fmt.Errorf("semaphore: acquire %q: %w", name, err)
 		}
 		if len(res) >= 2 && res[0] == 1 {
-			return c.newPermit(name, keys, id, res[1], ttl, 0, o.MaxHold, sent), nil
+			p := c.newPermit(name, keys, id, res[1], ttl, 0, o.MaxHold, sent)
+			if p.wd.Held() {
+				return p, nil
+			}
+			// The answer came after the permit's deadline (held up in the
+			// network, the process stopped): Redis may have expired the
+			// permit and given it to another holder meanwhile. It is never
+			// returned: give it back (leave, which keeps no release
+			// marker for the id the next attempt reuses) and try again.
+			p.discard()
+			c.leave(context.WithoutCancel(ctx), keys, id, argGrant)
+			if late++; !wait || late == lateMax {
+				return nil, fmt.Errorf("%w: %q: %d answers in a row came after the TTL %v had run out", ErrNoPermit, name, late, ttl)
+			}
+			continue
 		}
 		if !wait {
 			return nil, ErrNoPermit

@@ -36,7 +36,11 @@
 // stopped or starved past it) and gets no answer from Redis reports the
 // permit lost (Lost closes, the error matches lock.ErrNotHeld), since it
 // may be another holder's by then; before the deadline an unanswered
-// release is a plain error, and the permit expires after its TTL. As for every
+// release is a plain error, and the permit expires after its TTL. An
+// acquisition whose answer arrives after its TTL has run since it was sent
+// (held up in the network, the process stopped) is never returned: Redis
+// may have expired that permit and given it to another; Acquire gives it
+// back and tries again (TryAcquire answers ErrNoPermit). As for every
 // Redis lock: a single Redis that loses data (a restart without
 // persistence, a failover to a lagging replica) can let more than N in;
 // fencing tokens still increase.

@@ -189,3 +189,64 @@ func TestLostReplyOtherScripts(t *testing.T) {
 		t.Fatalf("N = %d after SetPermits(3)", n)
 	}
 }
+
+// TestLateAnswerNotReturned: an acquisition whose answer is held up past
+// the permit's TTL (a black-holed link towards the client) took a permit
+// that Redis may have expired and given to another holder by then: N = 1
+// here, and another client holds the only permit when the answer arrives.
+// Acquire must not return it (it did, already lost, while the permits held
+// were N+1); it gives it back and tries again, and gets a permit with a
+// larger token once the other holder releases.
+func TestLateAnswerNotReturned(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	name := newName(t)
+	proxy := testserver.StartProxy(t, shared.Addr())
+	const ttl = 300 * time.Millisecond
+	late := newClient(t, proxy.Addr(), semaphore.WithPermits(1))
+	other := newClient(t, shared.Addr(), semaphore.WithPermits(1))
+	warm, err := late.Acquire(ctx, name+":warm") // scripts loaded, connections open, subscribed
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetBlackholeToClient(true) // Redis runs the script; its answer is held up
+	type result struct {
+		p   lock.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := late.Acquire(ctx, name, lock.WithTTL(ttl))
+		done <- result{p, err}
+	}()
+	time.Sleep(ttl + 200*time.Millisecond) // the permit expires in Redis
+	held, err := other.Acquire(ctx, name, lock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetBlackholeToClient(false) // the late answer arrives
+	select {
+	case r := <-done:
+		if r.err == nil {
+			t.Fatalf("Acquire returned a permit (token %d) while another client held the only one (token %d)", r.p.Token(), held.Token())
+		}
+		t.Fatalf("Acquire: %v", r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.p.Release(ctx)
+	if until := r.p.(lock.LeaseStatus).Until(); !time.Now().Before(until) {
+		t.Fatalf("the permit Acquire returned is past its deadline (%v)", until)
+	}
+	if r.p.Token() <= held.Token() {
+		t.Fatalf("token %d, want above the other holder's %d", r.p.Token(), held.Token())
+	}
+}

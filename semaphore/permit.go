@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordkit/coordkit/lock"
@@ -22,6 +23,13 @@ type Permit struct {
 	wd    *watchdog.Watchdog
 
 	released bool // protected by c.mu
+	// late: the acquisition's answer came after the permit's first
+	// deadline (written before the watchdog starts); until a renewal
+	// moves that deadline (confirmed), such a permit is not held and never
+	// handed to a caller, and its end is no permit lost (Discarded, at
+	// Debug, no hook).
+	late      bool
+	confirmed atomic.Bool
 }
 
 var (
@@ -33,6 +41,10 @@ var (
 // for first (a grant's TTL), or ttl if first is 0.
 func (c *Client) newPermit(name string, keys []string, id string, token int64, ttl, first, maxHold time.Duration, sent time.Time) *Permit {
 	p := &Permit{c: c, name: name, keys: keys, id: id, token: token, since: sent}
+	if first <= 0 || first > ttl {
+		first = ttl // as watchdog.Config takes FirstTTL
+	}
+	p.late = !c.o.now().Before(sent.Add(first))
 	wd, err := watchdog.Start(watchdog.Config{
 		TTL:         ttl,
 		FirstTTL:    first,
@@ -48,6 +60,7 @@ func (c *Client) newPermit(name string, keys []string, id string, token int64, t
 			case n == 0:
 				return fmt.Errorf("%w: %w", lock.ErrNotHeld, watchdog.ErrNotHeld)
 			}
+			p.confirmed.Store(true) // before the watchdog moves the deadline
 			return nil
 		},
 	})
@@ -71,7 +84,24 @@ func (c *Client) newPermit(name string, keys []string, id string, token int64, t
 type permitEvents struct{ p *Permit }
 
 func (e permitEvents) Renewed(err error) { e.p.c.obs.Renewed(e.p.name, e.p.id, e.p.token, err) }
-func (e permitEvents) Lost(cause error)  { e.p.c.obs.Lost(e.p.name, e.p.id, e.p.token, lostErr(cause)) }
+func (e permitEvents) Lost(cause error) {
+	if e.p.late && !e.p.confirmed.Load() { // never handed out
+		e.p.c.obs.Discarded(e.p.name, e.p.id, e.p.token, cause)
+		return
+	}
+	e.p.c.obs.Lost(e.p.name, e.p.id, e.p.token, lostErr(cause))
+}
+
+// discard ends a permit that was never handed out (a late answer): its
+// watchdog stops; the caller gives the permit back in Redis.
+func (p *Permit) discard() {
+	c := p.c
+	c.mu.Lock()
+	p.released = true
+	delete(c.permits, p)
+	c.mu.Unlock()
+	p.wd.Stop()
+}
 
 // Key returns the semaphore's name.
 func (p *Permit) Key() string { return p.name }
