@@ -636,6 +636,8 @@ func documentedFaults(backend string) map[string]bool {
 		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true, fLockDelete: true}
 	case "zk":
 		return map[string]bool{fClientPause: true}
+	case "etcd": // etcdlock/doc.go: a holder paused past the loss (clocks aside)
+		return map[string]bool{fClientPause: true}
 	case "sql": // sqllock/doc.go: a lease-table row expires under a paused holder
 		return map[string]bool{fClientPause: true}
 	case "sem": // semaphore/doc.go: a Redis that loses data can let more than N in
@@ -654,10 +656,11 @@ const reportSlack = 750 * time.Millisecond
 // redlock/doc.go); the other holder acquired after the loss, so within
 // TTL/3 of that. (lock's "at once" when the owner obtains the key again
 // through the same Client is checked apart: linkReentry.) zklock reports
-// the loss before another client can hold the lock (zklock/doc.go), so only
-// a paused holder learns late, when it runs again.
+// the loss before another client can hold the lock (zklock/doc.go), and so
+// does etcdlock (before the server can expire the lease, etcdlock/doc.go),
+// so only a paused holder learns late, when it runs again.
 func reportBound(in Input, key string) time.Duration {
-	if in.Backend == "zk" {
+	if in.Backend == "zk" || in.Backend == "etcd" {
 		return reportSlack
 	}
 	return in.lifeOf(key)/3 + reportSlack
@@ -946,12 +949,15 @@ func lastHolds(hs []*Hold, healed int64) string {
 // skipped a waiter timeout (5 s by default) after it last called in
 // (lock/doc.go, redlock/doc.go); a ZooKeeper holder's node goes with its
 // session, a session timeout after the server last heard of it
-// (zklock/doc.go). Plus the clients' retry and scheduling slack. The quiet
+// (zklock/doc.go); an etcd holder's key goes with its Client's lease, a TTL
+// after the server last heard of it, or at once when the Client revokes a
+// lease it took as lost (etcdlock/doc.go), as zk's. Plus the clients'
+// retry and scheduling slack. The quiet
 // period after the heal outlasts it (run.go), so that a key not obtained
 // in it is stuck beyond what the docs allow.
 func livenessBound(backend string, life time.Duration) time.Duration {
 	const waiterTimeout, slack = 5 * time.Second, 2 * time.Second
-	if backend == "zk" {
+	if backend == "zk" || backend == "etcd" {
 		return 2*life + slack
 	}
 	return life + waiterTimeout + slack

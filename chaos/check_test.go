@@ -3,9 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coordkit/coordkit/internal/testserver"
 )
 
 // hist builds a history from compact steps: each step is an event at a
@@ -329,6 +332,29 @@ func TestCheck(t *testing.T) {
 			h.add(301, "a", opReleased, "k0", "a/0/1", 100, "ok", 0)
 		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(100), End: ms(150)}},
 			anomalies: []string{aOverlapUnrep, aNonLinear}},
+		// etcd: etcdlock reports the loss before the server can expire
+		// the lease (etcdlock/doc.go); only a paused holder learns late.
+		{name: "etcd: paused holder told on resume", backend: "etcd", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(2000, 2010, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(3100, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(2), End: ms(3000)}},
+			accepted: []AcceptedWrite{{"b/0/1", 101}}, documented: []string{dOverlap}},
+		{name: "etcd: a killed leader excuses no overlap", backend: "etcd", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(40, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fEtcdLeaderKill, Target: "etcd1", Start: ms(5), End: ms(15)}},
+			accepted: []AcceptedWrite{{"b/0/1", 101}}, anomalies: []string{aOverlapUndoc}},
+		{name: "etcd: a loss told 900 ms after the takeover is late", backend: "etcd", build: func(h *hist) {
+			// Within the Redis locks' bound (TTL/3 + 750 ms), not etcd's.
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
+			h.add(921, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, accepted: []AcceptedWrite{{"b/0/1", 101}}, anomalies: []string{aOverlapUnrep}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
 		}, accepted: []AcceptedWrite{{"x/0/1", 100}}, anomalies: []string{aUnknownWriter}},
@@ -401,7 +427,8 @@ func TestReadHistoriesTornTail(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"-profile", "medium"},
-		{"-backend", "etcd"},
+		{"-backend", "consul"},
+		{"-backend", "etcd", "-kinds", "zk-node-kill"},
 		{"-dur", "-1s"},
 		{"-owners", "nobody"},
 		{"check"},
@@ -549,4 +576,57 @@ func TestLiveness(t *testing.T) {
 		h.section(s(healed)+6500, s(healed)+6600, "b", "k0", "b/0/1", 100, 0, "ok")
 	})
 	assertKinds(t, "anomaly", r.Anomalies, []string{aLiveness})
+}
+
+// TestEtcdBackend: etcd runs in the long profile only (make chaos), with a
+// duration in both profiles' tables; its holds live by the Client's one
+// lease (no lock.WithTTL, one long key of the TTL's life); its nemesis has
+// the member, leader and client faults, a leader pause outlasting an
+// election; its checker's report and liveness bounds are zk's.
+func TestEtcdBackend(t *testing.T) {
+	if slices.Contains(allBackends, "etcd") || !slices.Contains(longBackends, "etcd") {
+		t.Errorf("etcd: in allBackends %v or not in longBackends %v", allBackends, longBackends)
+	}
+	for name, want := range map[string]time.Duration{"short": 30 * time.Second, "long": 240 * time.Second} {
+		if got := profiles[name].durs["etcd"]; got != want {
+			t.Errorf("profile %s: etcd's load phase %v, want %v", name, got, want)
+		}
+	}
+	for _, b := range append(allBackends, longBackends...) {
+		if profiles["long"].durs[b] == 0 {
+			t.Errorf("long profile: no duration for %s", b)
+		}
+	}
+	if perLockTTL("etcd") {
+		t.Error("etcd takes a TTL per lock")
+	}
+	cfg := profiles["short"]
+	cfg.backend = "etcd"
+	if got := cfg.keyLives(); len(got) != 1 || got["L0"] != cfg.ttl {
+		t.Errorf("etcd's long keys %v, want L0 living a TTL (%v)", got, cfg.ttl)
+	}
+	kinds := faultKinds("etcd")
+	for _, k := range []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause,
+		fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause} {
+		if !slices.Contains(kinds, k) {
+			t.Errorf("etcd's nemesis lacks %s", k)
+		}
+	}
+	for seed := uint64(1); seed <= 20; seed++ {
+		cfg.seed = seed
+		for _, s := range plan(cfg) {
+			if s.Kind == fEtcdLeaderPause && s.Dur < 2*testserver.EtcdElectionTimeout {
+				t.Errorf("seed %d: leader pause of %v, within an election (%v)", seed, s.Dur, testserver.EtcdElectionTimeout)
+			}
+		}
+	}
+	if got := reportBound(Input{Backend: "etcd", Life: time.Second}, "k0"); got != reportSlack {
+		t.Errorf("etcd report bound %v, want %v", got, reportSlack)
+	}
+	if got := livenessBound("etcd", time.Second); got != 4*time.Second {
+		t.Errorf("etcd liveness bound %v, want 4s (2 TTLs and 2 s of slack)", got)
+	}
+	if d := documentedFaults("etcd"); len(d) != 1 || !d[fClientPause] {
+		t.Errorf("etcd's documented faults %v, want client-pause only", d)
+	}
 }

@@ -63,12 +63,12 @@ type clientConfig struct {
 func parseClient(args []string) (clientConfig, error) {
 	var c clientConfig
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
-	fs.StringVar(&c.backend, "backend", "", "lock, fair, redlock or zk")
+	fs.StringVar(&c.backend, "backend", "", "lock, fair, redlock, zk, etcd, ...")
 	addrs := fs.String("addrs", "", "comma-separated lock server addresses")
 	fs.StringVar(&c.resource, "resource", "", "protected resource Redis address")
 	fs.IntVar(&c.keys, "keys", 3, "hot keys")
 	fs.IntVar(&c.workers, "workers", 4, "goroutines")
-	fs.DurationVar(&c.ttl, "ttl", time.Second, "lease TTL (Redis backends)")
+	fs.DurationVar(&c.ttl, "ttl", time.Second, "lease TTL (Redis backends; etcd: the Client's lease)")
 	fs.DurationVar(&c.session, "session", 2*time.Second, "ZooKeeper session timeout")
 	fs.StringVar(&c.out, "out", "", "history file")
 	fs.StringVar(&c.proc, "proc", "", "process name in the history")
@@ -121,7 +121,7 @@ func parseClient(args []string) (clientConfig, error) {
 
 func validBackend(b string) bool {
 	switch b {
-	case "lock", "fair", "redlock", "zk", "ids", "election", "sql", "sem", "sqlid", "bank":
+	case "lock", "fair", "redlock", "zk", "etcd", "ids", "election", "sql", "sem", "sqlid", "bank":
 		return true
 	}
 	return false
@@ -230,6 +230,8 @@ func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl, rec *Reco
 		return dialSQL(ctx, cfg, rec)
 	case "sem":
 		return dialSem(cfg.addrs[0])
+	case "etcd":
+		return dialEtcd(cfg)
 	case "lock", "fair", "election":
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.addrs[0]})
 		var opts []lock.ClientOption
@@ -279,6 +281,11 @@ func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl, rec *Reco
 	return nil, nil, fmt.Errorf("chaos client: unknown backend %q", cfg.backend)
 }
 
+// perLockTTL reports whether backend's locks take a TTL per acquisition
+// (lock.WithTTL). zk's holds live by the session, etcd's by the Client's
+// one lease (-ttl, etcdwl.go).
+func perLockTTL(backend string) bool { return backend != "zk" && backend != "etcd" }
+
 type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
@@ -305,7 +312,7 @@ func (w *worker) loop(ctx context.Context) {
 	}
 	owner := fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
 	var opts []lock.Option
-	if w.cfg.backend != "zk" {
+	if perLockTTL(w.cfg.backend) {
 		opts = append(opts, lock.WithTTL(w.cfg.ttl))
 	}
 	for ctx.Err() == nil {
@@ -441,7 +448,7 @@ func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opt
 }
 
 // longLoop is a long key's worker: lock.Do on key with the key's TTL (no
-// TTL on zk: the session), whose section works for longSection(life)
+// TTL on zk and etcd: the session, the Client's lease), whose section works for longSection(life)
 // unless the lease's loss ends it. The long workers of all processes contend for the
 // key, so a holder that loses its lease to a fault is followed by another
 // at once, and one that is not told of the loss (or is told late) overlaps
@@ -453,7 +460,7 @@ func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opt
 func (w *worker) longLoop(ctx context.Context, key string, life time.Duration) {
 	w.longFor = life
 	var opts, short []lock.Option
-	if w.cfg.backend != "zk" {
+	if perLockTTL(w.cfg.backend) {
 		opts = append(opts, lock.WithTTL(life))
 		short = append(short, lock.WithTTL(life/4))
 	}

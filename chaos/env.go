@@ -26,6 +26,7 @@ type env struct {
 	self     string // this binary, started as "chaos client"
 	redis    []*testserver.Redis
 	zk       *testserver.ZooKeeper
+	etcd     *testserver.Etcd // etcd: the 3-member cluster (etcdwl.go)
 	resource *testserver.Redis
 	sql      *sqlServers // sql, sqlid: MariaDB and PostgreSQL (sqlwl.go)
 	slots    []*slot
@@ -115,6 +116,11 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 		for _, n := range e.zk.Nodes() {
 			targets = append(targets, n.Addr())
 		}
+	case "etcd":
+		if e.etcd, err = testserver.NewEtcdCluster(3); err != nil {
+			return e, err
+		}
+		targets = e.etcd.Endpoints() // a slot's proxies, one per member, in Nodes' order
 	case "ids":
 		// ZooKeeper first, Redis last: the client takes the last address as Redis.
 		if e.zk, err = testserver.NewZooKeeperEnsemble(3); err != nil {
@@ -301,6 +307,11 @@ func (e *env) heal() error {
 			errs = append(errs, err)
 		}
 	}
+	if e.etcd != nil {
+		if err := healEtcd(e.etcd); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if e.sql != nil {
 		if err := e.sql.heal(); err != nil {
 			errs = append(errs, err)
@@ -363,6 +374,9 @@ func (e *env) close() {
 	}
 	if e.zk != nil {
 		e.zk.Close()
+	}
+	if e.etcd != nil {
+		e.etcd.Close()
 	}
 	if e.resource != nil {
 		e.resource.Close()

@@ -112,6 +112,8 @@ func faultKinds(backend string) []string {
 		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete)
 	case "zk":
 		return append(common, fZKExpire, fZKNodeKill, fZKNotifyPart)
+	case "etcd":
+		return append(common, fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause)
 	case "ids":
 		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
 			fZKExpire, fZKNodeKill}
@@ -228,6 +230,13 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(cfg.procs), span(cfg.session/2, cfg.session*3/5)
 		case fServerPause:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(300*time.Millisecond, life*2)
+		case fEtcdMemberKill, fEtcdLeaderKill:
+			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(100*time.Millisecond, 1500*time.Millisecond)
+		case fEtcdLeaderPause:
+			// Past an election (500 ms, testserver.EtcdElectionTimeout),
+			// up to twice the lease: the old leader, resumed, must not
+			// act on what it believed before.
+			s.Dur = span(time.Second, life*2)
 		case fRestartKeep, fRestartNoData, fZKNodeKill:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(100*time.Millisecond, 1500*time.Millisecond)
 		case fRestartSnapshot:
@@ -273,7 +282,7 @@ func serverCount(backend string) int {
 	switch backend {
 	case "redlock":
 		return 5
-	case "zk", "ids":
+	case "zk", "ids", "etcd":
 		return 3 // ids: ZooKeeper nodes; its one Redis takes any index
 	case "sql", "sqlid", "bank":
 		return 2 // MariaDB, PostgreSQL
@@ -350,6 +359,12 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 	if e.sql != nil {
 		if ok, serr := e.applySQL(ctx, s, &f); ok {
 			err = serr
+			return f
+		}
+	}
+	if e.etcd != nil {
+		if ok, eerr := e.applyEtcd(ctx, s, &f); ok {
+			err = eerr
 			return f
 		}
 	}

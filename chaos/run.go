@@ -50,13 +50,16 @@ type runConfig struct {
 // deadline then believes past it); L1's is three times it, so that a loss
 // reported at the lease's deadline instead of at the next renewal (TTL/3)
 // comes later than the report bound. zk has no per-lock TTL: its long key
-// lives by the session. Other backends have none.
+// lives by the session; etcd's by the Client's lease. Other backends have
+// none.
 func longKeyLives(backend string, ttl, session time.Duration) map[string]time.Duration {
 	switch backend {
 	case "lock", "fair", "redlock":
 		return map[string]time.Duration{"L0": ttl / 2, "L1": 3 * ttl}
 	case "zk":
 		return map[string]time.Duration{"L0": max(session, ttl)}
+	case "etcd": // the Client's one lease, of the run's TTL (etcdwl.go)
+		return map[string]time.Duration{"L0": ttl}
 	}
 	return nil
 }
@@ -112,7 +115,8 @@ var profiles = map[string]runConfig{
 		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
 		// zk: 5 s more for zk-notify-partition (about 3.6 s) beside its 7 other kinds.
 		// sql, sem, sqlid: 15-20 s, so that make test stays within 4 minutes.
-		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second,
+		// etcd (by name only: longBackends): 30 s for its 8 kinds, as zk.
+		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second, "etcd": 30 * time.Second,
 			"sql": 20 * time.Second, "sem": 15 * time.Second, "sqlid": 15 * time.Second, "bank": 15 * time.Second}, idRate: 20_000,
 		// ids in the contention mode: a worker ID's hand-over to another
 		// process, the clocks skewed, is where the marks and the lease
@@ -134,20 +138,22 @@ var profiles = map[string]runConfig{
 		// 60 s of load, 22 faults, 666 transactions), about 28 minutes in
 		// all by the same count.
 		durs: map[string]time.Duration{"lock": 130 * time.Second, "fair": 160 * time.Second,
-			"redlock": 300 * time.Second, "zk": 330 * time.Second, "ids": 40 * time.Second,
+			"redlock": 300 * time.Second, "zk": 330 * time.Second, "etcd": 240 * time.Second, "ids": 40 * time.Second,
 			"sem": 30 * time.Second, "sql": 45 * time.Second, "sqlid": 25 * time.Second, "bank": 60 * time.Second},
 		idRate: 40_000, reenter: 0.05, longKeys: true, contendToo: true},
 }
 
 // allBackends run in both profiles; longBackends only in the long one (by
-// default: -backend names them in either): each starts MariaDB and
-// PostgreSQL (about 10 s) and runs 30-45 s in all at its short duration,
-// which make test's 4 minutes do not hold for both. bank, the proof of
+// default: -backend names them in either): sql and sqlid each start
+// MariaDB and PostgreSQL (about 10 s) and run 30-45 s in all at their
+// short duration, which make test's 4 minutes do not hold for both; etcd
+// (a 3-member cluster, 30 s of load in the short profile) does not fit
+// either. bank, the proof of
 // package txn, runs in both (30-45 s in the short profile, beside the
 // packages' tests in make test).
 var (
 	allBackends  = []string{"lock", "fair", "redlock", "zk", "ids", "sem", "bank"}
-	longBackends = []string{"sql", "sqlid"}
+	longBackends = []string{"sql", "sqlid", "etcd"}
 )
 
 func runMain(args []string) (int, error) {
@@ -156,7 +162,7 @@ func runMain(args []string) (int, error) {
 	}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	profile := fs.String("profile", "short", "short or long")
-	backends := fs.String("backend", "", "comma-separated backends: lock, fair, redlock, zk, ids, sem (the Redis semaphore), sql (sqllock on MariaDB and PostgreSQL), sqlid (sqlid segments on MariaDB and PostgreSQL), bank (txn transfers between MariaDB and PostgreSQL), and election (never by default: leader election over the Redis lock) (default: "+strings.Join(allBackends, ",")+"; the long profile also "+strings.Join(longBackends, ",")+")")
+	backends := fs.String("backend", "", "comma-separated backends: lock, fair, redlock, zk, etcd (etcdlock on a 3-member cluster), ids, sem (the Redis semaphore), sql (sqllock on MariaDB and PostgreSQL), sqlid (sqlid segments on MariaDB and PostgreSQL), bank (txn transfers between MariaDB and PostgreSQL), and election (never by default: leader election over the Redis lock) (default: "+strings.Join(allBackends, ",")+"; the long profile also "+strings.Join(longBackends, ",")+")")
 	seed := fs.Uint64("seed", 0, "seed of the schedules (0: from the clock; printed)")
 	dur := fs.Duration("dur", 0, "load phase per backend (0: the profile's)")
 	faults := fs.Int("faults", 0, "faults per backend at most (0: the profile's)")

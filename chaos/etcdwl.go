@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/coordkit/coordkit/etcd/etcdlock"
+	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
+)
+
+// The etcd backend: lock.Do on etcdlock over a 3-member cluster
+// (testserver.NewEtcdCluster), each client process through its slot's
+// proxies, one to each member. etcdlock has one lease per Client, whose
+// TTL is the run's -ttl: lock.WithTTL does not apply (client.go passes
+// none), and its long key L0 lives by that lease, as zk's lives by the
+// session.
+
+// Fault kinds of the etcd backend beside the common ones.
+const (
+	fEtcdMemberKill  = "etcd-member-kill"  // kill -9 a member, restart it from its data directory
+	fEtcdLeaderKill  = "etcd-leader-kill"  // kill -9 the member that leads, restart it from its data directory
+	fEtcdLeaderPause = "etcd-leader-pause" // SIGSTOP the member that leads past an election, then SIGCONT
+)
+
+// etcdHealWait bounds the wait for every member to serve again after the
+// heal.
+const etcdHealWait = 30 * time.Second
+
+// dialEtcd is the etcd backend's Locker: an etcdlock.Client with the run's
+// TTL over a clientv3 client whose endpoints are addrs (the slot's
+// proxies, one per member). gRPC's keep-alive pings (1 s, answered within
+// 1 s) let the client leave a member that went silent; they count for
+// nothing in etcdlock's lease window (etcdlock/doc.go).
+func dialEtcd(cfg clientConfig) (lock.Locker, func(), error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: cfg.addrs, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := etcdlock.New(cli, etcdlock.WithTTL(cfg.ttl), etcdlock.WithPrefix("/chaos/locks"))
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); cli.Close() }, nil
+}
+
+// etcdLeader returns the index (in Nodes) of the member that leads, as a
+// member that leads reports itself (Status: Leader == its own member ID).
+// It asks each running member directly (not through a client's proxies),
+// and looks again for up to 3 s while the cluster elects.
+func (e *env) etcdLeader(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(3 * time.Second)
+	var last error
+	for {
+		for i, n := range e.etcd.Nodes() {
+			if !n.Running() {
+				continue
+			}
+			lead, err := etcdLeads(ctx, n.Addr())
+			if err != nil {
+				last = err
+				continue
+			}
+			if lead {
+				return i, nil
+			}
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return 0, errors.Join(errors.New("no etcd member reports itself the leader"), last, ctx.Err())
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+}
+
+// etcdLeads reports whether the member at addr leads the cluster.
+func etcdLeads(ctx context.Context, addr string) (bool, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false, err
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := cli.Status(sctx, addr)
+	if err != nil {
+		return false, err
+	}
+	return st.Leader != 0 && st.Leader == st.Header.MemberId, nil
+}
+
+// applyEtcd injects the etcd faults that act on members (server-pause and
+// the etcd kinds) and heals them; it reports false for every other kind.
+func (e *env) applyEtcd(ctx context.Context, s step, f *Fault) (bool, error) {
+	nodes := e.etcd.Nodes()
+	switch s.Kind {
+	case fServerPause, fEtcdMemberKill:
+		i := s.Target % len(nodes)
+		f.Target = nodes[i].Name()
+		if s.Kind == fEtcdMemberKill {
+			return true, etcdKill(ctx, nodes[i], s.Dur)
+		}
+		return true, etcdPause(ctx, nodes[i], s.Dur)
+	case fEtcdLeaderKill, fEtcdLeaderPause:
+		i, err := e.etcdLeader(ctx)
+		if err != nil {
+			return true, err
+		}
+		f.Target = nodes[i].Name()
+		f.Detail = "the leader"
+		if s.Kind == fEtcdLeaderKill {
+			return true, etcdKill(ctx, nodes[i], s.Dur)
+		}
+		return true, etcdPause(ctx, nodes[i], s.Dur)
+	}
+	return false, nil
+}
+
+// etcdKill kills n with SIGKILL, waits d and starts it again from its data
+// directory (its keys, leases and raft log survive), waiting until it
+// serves.
+func etcdKill(ctx context.Context, n *testserver.EtcdNode, d time.Duration) error {
+	n.Kill()
+	sleepCtx(ctx, d)
+	return n.Start()
+}
+
+// etcdPause stops n with SIGSTOP for d, then continues it.
+func etcdPause(ctx context.Context, n *testserver.EtcdNode, d time.Duration) error {
+	if err := n.Pause(); err != nil {
+		return err
+	}
+	sleepCtx(ctx, d)
+	return n.Resume()
+}
+
+// healEtcd resumes every member, starts the ones killed, and waits until
+// each serves (has a leader): no lock is granted without a quorum, and the
+// liveness check counts from the heal.
+func healEtcd(c *testserver.Etcd) error {
+	var errs []error
+	for _, n := range c.Nodes() {
+		n.Resume()
+		if err := n.Start(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), etcdHealWait)
+	defer cancel()
+	if err := c.WaitHealthy(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("etcd not serving %v after the heal: %w", etcdHealWait, err))
+	}
+	return errors.Join(errs...)
+}
