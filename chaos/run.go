@@ -136,7 +136,8 @@ var profiles = map[string]runConfig{
 		// (29 minutes for five backends) no longer fits beside sem, sql,
 		// sqlid and ids-contend. bank (a tenth run) adds 84 s (seed 1:
 		// 60 s of load, 22 faults, 666 transactions), about 28 minutes in
-		// all by the same count.
+		// all by the same count. etcd (an eleventh run, 240 s, issue 33)
+		// makes that about 33 minutes: over the budget, not yet measured.
 		durs: map[string]time.Duration{"lock": 130 * time.Second, "fair": 160 * time.Second,
 			"redlock": 300 * time.Second, "zk": 330 * time.Second, "etcd": 240 * time.Second, "ids": 40 * time.Second,
 			"sem": 30 * time.Second, "sql": 45 * time.Second, "sqlid": 25 * time.Second, "bank": 60 * time.Second},
