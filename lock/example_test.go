@@ -195,7 +195,7 @@ func ExampleWithMaxHold() {
 	err := lock.Do(context.Background(), locker, "example:maxhold", func(ctx context.Context) error {
 		<-ctx.Done() // a section that never ends on its own
 		return ctx.Err()
-	}, lock.WithTTL(100*time.Millisecond), lock.WithMaxHold(200*time.Millisecond))
+	}, lock.WithTTL(3*time.Second), lock.WithMaxHold(time.Second)) // MaxHold well within the TTL: no renewal starved under load can expire it first
 	fmt.Println("lost:", errors.Is(err, lock.ErrLockLost))
 	fmt.Println("max hold reached:", strings.Contains(err.Error(), "maximum hold time"))
 	// Output:

@@ -455,7 +455,11 @@ func TestCloseWhileWaiting(t *testing.T) {
 // row's expiry, which its last check set).
 func TestMaxHold(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
-		const ttl, maxHold = 300 * time.Millisecond, 200 * time.Millisecond
+		// A 3 s TTL, MaxHold 1 s: the first check runs at 1 s and has until
+		// 3 s to answer. With 300 ms and 200 ms, a check starved past the
+		// lease's end lost it as expired before MaxHold (make test-stress,
+		// PostgreSQL, two CPU burners).
+		const ttl, maxHold = 3 * time.Second, time.Second
 		ctx := ctxTimeout(t, 20*time.Second)
 		key := uniqueKey(t)
 		l := mustObtain(t, ctx, b.client(t, nil), key, lock.WithTTL(ttl), lock.WithMaxHold(maxHold))

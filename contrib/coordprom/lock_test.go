@@ -155,7 +155,9 @@ func TestLockLossReasons(t *testing.T) {
 		lose   func(srv *testserver.Redis, c *lock.Client)
 	}{
 		{"expired", 300 * time.Millisecond, nil, func(srv *testserver.Redis, _ *lock.Client) { srv.Kill() }},
-		{"max_hold", 150 * time.Millisecond, []lock.Option{lock.WithMaxHold(100 * time.Millisecond)}, func(*testserver.Redis, *lock.Client) {}},
+		// MaxHold well within the TTL: a renewal starved under load cannot
+		// expire the lease first (150 ms and 100 ms could).
+		{"max_hold", 3 * time.Second, []lock.Option{lock.WithMaxHold(time.Second)}, func(*testserver.Redis, *lock.Client) {}},
 		{"closed", time.Second, nil, func(_ *testserver.Redis, c *lock.Client) { c.Close() }},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
