@@ -55,15 +55,17 @@ func TestMetrics(t *testing.T) {
 	m := &countingMetrics{}
 	c := newClient(t, nil, lock.WithMetrics(m))
 	key := uniqueKey(t)
-	l := mustObtain(t, ctx, c, key, lock.WithTTL(60*time.Millisecond))
+	// 1 s TTLs: with 60 ms, a renewal starved under load lets the first
+	// lease expire within the 100 ms it must stay held.
+	l := mustObtain(t, ctx, c, key, lock.WithTTL(time.Second))
 	time.Sleep(100 * time.Millisecond)
 	if _, err := newClient(t, nil).TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatal(err)
 	}
 	l.Release(ctx)
-	l = mustObtain(t, ctx, c, key, lock.WithTTL(60*time.Millisecond))
+	l = mustObtain(t, ctx, c, key, lock.WithTTL(time.Second))
 	shared.Client(t).Del(ctx, lock.DefaultPrefix+"{"+key+"}")
-	waitClosed(t, l.Lost(), 2*time.Second, "Lost")
+	waitClosed(t, l.Lost(), 3*time.Second, "Lost")
 	if _, err := c.TryObtain(ctx, ""); err == nil {
 		t.Fatal("empty key accepted")
 	}

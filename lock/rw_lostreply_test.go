@@ -243,13 +243,15 @@ func TestRWStaleReleaseKeepsNewHold(t *testing.T) {
 	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), lock.NewOwner())
 	rw := newRW(t)
 	key := uniqueKey(t)
-	old := mustObtain(t, ctx, rw.Write(), key, lock.WithTTL(300*time.Millisecond))
+	// 1.5 s: the loss must be found by a renewal (ErrNotHeld), not by a
+	// renewal starved past a 300 ms lease's end (expired).
+	old := mustObtain(t, ctx, rw.Write(), key, lock.WithTTL(1500*time.Millisecond))
 	shared.Client(t).Del(ctx, lock.DefaultPrefix+"rw:{"+key+"}")
 	cur := mustObtain(t, ctx, rw.Write(), key)
 	if cur.Token() <= old.Token() {
 		t.Fatalf("the new hold's token %d, not above the old one's %d", cur.Token(), old.Token())
 	}
-	waitClosed(t, old.Lost(), time.Second, "Lost of the deleted hold, its owner holding the key again")
+	waitClosed(t, old.Lost(), 3*time.Second, "Lost of the deleted hold, its owner holding the key again")
 	if err := lock.LostCause(old); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("cause %v, want lock.ErrNotHeld", err)
 	}

@@ -59,12 +59,15 @@ func TestRWWriterLostOnVanish(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	key := uniqueKey(t)
 	rw := newRW(t)
-	w, err := rw.Write().Obtain(ctx, key, lock.WithTTL(150*time.Millisecond))
+	// 1.5 s: the renewal that finds the hold gone (at 500 ms) must answer
+	// before the lease's end; with 150 ms, a renewal starved under load
+	// (make test-stress, two CPU burners) lost it as expired instead.
+	w, err := rw.Write().Obtain(ctx, key, lock.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	shared.Client(t).Del(ctx, lock.DefaultPrefix+"rw:{"+key+"}")
-	waitClosed(t, w.Lost(), 2*time.Second, "Lost of a vanished write hold")
+	waitClosed(t, w.Lost(), 3*time.Second, "Lost of a vanished write hold")
 	if err := lock.LostCause(w); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("cause %v, want lock.ErrNotHeld", err)
 	}
