@@ -93,7 +93,10 @@ func TestForceRelease(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	key := uniqueKey(t)
 	a, b := newClient(t, nil), newClient(t, nil)
-	la := mustObtain(t, ctx, a, key, lock.WithTTL(150*time.Millisecond))
+	// 1.5 s: a's hold must outlive the wait for b to queue, whatever the
+	// host's load; with 150 ms a starved renewal lets it expire first, and
+	// ForceRelease finds nothing to release.
+	la := mustObtain(t, ctx, a, key, lock.WithTTL(1500*time.Millisecond))
 	got := make(chan lock.Lease, 1)
 	go func() {
 		l, err := b.Obtain(ctx, key, lock.WithTTL(10*time.Second))
@@ -108,7 +111,7 @@ func TestForceRelease(t *testing.T) {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}
 	lb := <-got
-	waitClosed(t, la.Lost(), 2*time.Second, "former holder's Lost")
+	waitClosed(t, la.Lost(), 3*time.Second, "former holder's Lost")
 	if lb.Token() <= la.Token() {
 		t.Fatalf("token %d not above %d", lb.Token(), la.Token())
 	}
