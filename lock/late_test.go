@@ -65,14 +65,17 @@ func testLateAnswer(t *testing.T, kind string) {
 	}
 	proxy.SetBlackholeToClient(true) // Redis runs the script; its answer is held up
 	type result struct {
-		l   lock.Lease
-		at  time.Time
-		err error
+		l     lock.Lease
+		fresh bool // its deadline ahead when Obtain returned it
+		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
 		l, err := late.Obtain(ctx, key, lock.WithTTL(ttl))
-		done <- result{l, time.Now(), err}
+		// Judged at once: read later, a 300 ms lease may have expired on
+		// a starved host since (.ci/run saw such a loss).
+		fresh := err == nil && time.Now().Before(l.(lock.LeaseStatus).Until())
+		done <- result{l, fresh, err}
 	}()
 	time.Sleep(ttl + 200*time.Millisecond) // the hold expires in Redis
 	held := mustObtain(t, ctx, other, key, lock.WithTTL(10*time.Second))
@@ -98,10 +101,8 @@ func testLateAnswer(t *testing.T, kind string) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	select {
-	case <-r.l.Lost():
-		t.Fatal("the lease Obtain returned is lost")
-	default:
+	if !r.fresh {
+		t.Fatal("the lease Obtain returned was past its deadline")
 	}
 	switch {
 	case kind == "RWRead" && r.l.Token() != held.Token(): // a read lease's token is the last write's
@@ -112,22 +113,31 @@ func testLateAnswer(t *testing.T, kind string) {
 	// The late hold was never the caller's: its end is no lease lost (a
 	// Warn "lease lost" and a Lost hook for a lease nobody got misled
 	// ExampleWithLogger's reader, under load, into seeing two losses).
+	// The lease Obtain returned has the same 300 ms TTL and may be lost
+	// itself on a starved host (.ci/run saw it): its own loss is reported
+	// as any other, and only what goes beyond it is the late hold's.
 	time.Sleep(100 * time.Millisecond) // the late hold's watchdog, if it fires, has fired
-	if rec, attrs, ok := logs.Find("lease lost"); ok {
-		t.Errorf("a lease lost logged for the late hold nobody got: %v %v", rec, attrs)
+	if err := r.l.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	wantLost := 0
+	if lock.LostCause(r.l) != nil {
+		wantLost = 1
+	}
+	for _, rec := range logs.Records() {
+		if attrs := logtest.Attrs(rec); rec.Message == "lease lost" && attrs["token"] != r.l.Token() {
+			t.Errorf("a lease lost logged for the late hold nobody got: %v", attrs)
+		}
 	}
 	// Hooks: the warm-up's and the late Obtain's waited, held and released
 	// (the lease it returned, released above), nothing for the late hold.
-	if err := r.l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
 	for _, h := range []string{"waited", "held", "released"} {
 		if n := len(m.Get(h)); n != 2 {
 			t.Errorf("%d %s hooks for two Obtains, two Releases: %v", n, h, m.Calls())
 		}
 	}
-	if lost := m.Get("lost"); len(lost) != 0 {
-		t.Errorf("Lost hook called for the late hold nobody got: %v", m.Calls())
+	if n := len(m.Get("lost")); n != wantLost {
+		t.Errorf("%d Lost hooks, want %d (the returned lease's own): %v", n, wantLost, m.Calls())
 	}
 }
 
