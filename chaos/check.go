@@ -888,8 +888,12 @@ func (r *Result) checkLiveness(in Input) {
 			}
 		}
 		if last == in.HealedAt {
-			r.violate(aStuck, key, fmt.Sprintf("%s not obtained in the %v after the faults healed; %s", key,
-				time.Duration(in.StopAt-in.HealedAt).Round(time.Millisecond), lastHolds(hs, in.HealedAt)))
+			msg := fmt.Sprintf("%s not obtained in the %v after the faults healed; %s", key,
+				time.Duration(in.StopAt-in.HealedAt).Round(time.Millisecond), lastHolds(hs, in.HealedAt))
+			if in.Resource != nil && in.Resource.Lines != nil {
+				msg += "; " + describeLine(in.Resource.Lines[key])
+			}
+			r.violate(aStuck, key, msg)
 		}
 		gap = max(gap, in.StopAt-last)
 		worst = max(worst, gap)

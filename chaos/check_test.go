@@ -572,6 +572,24 @@ func TestLiveness(t *testing.T) {
 		}
 	}
 
+	// zk: the report names the key's line when the clients were told to
+	// stop (resource.json's lines), the node it waited behind first.
+	var h hist
+	h.section(s(healed)-2000, s(healed)-1900, "b", "k0", "b/0/1", 100, 0, "ok")
+	r = Check(Input{Backend: "zk", Life: life, Events: h.evs, HealedAt: int64(healed), StopAt: int64(healed + 7*time.Second),
+		Resource: &Resource{Lines: map[string][]LockNode{"k0": {
+			{Name: "_c_u1-lock-0000000007", Owner: "c/2-x", Session: "0x1", Czxid: 40, AgeMs: 9000},
+			{Name: "_c_u2-lock-0000000008", Owner: "b/1-y", Session: "0x2", Czxid: 41, AgeMs: 20}}}}})
+	what = ""
+	for _, v := range r.Violations {
+		if v.Kind == aStuck {
+			what = v.What
+		}
+	}
+	if want := "its line when the clients were told to stop (2 nodes, first holds): _c_u1-lock-0000000007 (owner c/2-x, session 0x1, czxid 40, 9000 ms old); _c_u2"; !strings.Contains(what, want) {
+		t.Errorf("stuck report %q lacks %q", what, want)
+	}
+
 	r = check(healed+7*time.Second, func(h *hist) {
 		h.section(s(healed)+6500, s(healed)+6600, "b", "k0", "b/0/1", 100, 0, "ok")
 	})

@@ -395,6 +395,9 @@ type Resource struct {
 	// order: the hold and its token.
 	Accepted map[string][]AcceptedWrite `json:"accepted"`
 	Counter  map[string]int64           `json:"counter"`
+	// Lines (zk only) lists each key's lock nodes when the clients were
+	// told to stop (zkstate.go): a stuck key's report names them.
+	Lines map[string][]LockNode `json:"lines,omitempty"`
 }
 
 // AcceptedWrite is one fenced write the resource accepted.

@@ -389,7 +389,19 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		meta.HealedAt = monoNow()
 		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
 		meta.StopAt = monoNow()
+		var lines map[string][]LockNode
+		var linesErr error
+		if cfg.backend == "zk" { // before the clients' sessions end with them
+			var addrs []string
+			for _, n := range e.zk.Nodes() {
+				addrs = append(addrs, n.Addr())
+			}
+			lines, linesErr = dumpZKLines(addrs, append(backendKeys(cfg.backend, cfg.keys), sortedKeys(cfg.keyLives())...))
+		}
 		e.stopClients(15 * time.Second)
+		if linesErr != nil {
+			return fmt.Errorf("listing the zk lock lines: %w", linesErr)
+		}
 		if cfg.backend == "bank" {
 			// Recovery by a new process, then the databases' state.
 			return e.bankFinish(dir)
@@ -401,6 +413,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		if err != nil {
 			return err
 		}
+		res.Lines = lines
 		return writeJSON(filepath.Join(dir, "resource.json"), res)
 	}(); err != nil {
 		return nil, err
