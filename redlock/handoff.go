@@ -143,19 +143,29 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[hashloc
 	out := fanOut(c, context.WithoutCancel(ctx), c.o.slowTimeout(),
 		func(i int) bool { return newOwner(i) || oldOwner(i) }, nil, nil,
 		blocking(c, func(ctx context.Context, i int, _ redis.UniversalClient) (bool, error) {
+			// h's owner first: where the hand-off ran (its answer came
+			// late), the new hold's PREV field names h's level, and
+			// release.lua answers that level "released" only while that
+			// hold is there. Released second, the new owner's level took
+			// that evidence with it: Release answered "not confirmed"
+			// for a hold every master had and released
+			// (TestHandOffLateAnswersRelease, with the scripts loaded).
+			var held bool
+			var errOld error
+			if oldOwner(i) {
+				var left int64
+				left, errOld = c.node.Release(ctx, c.pipes[i], key, hashlock.NodeRelease{
+					Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow, Level: h.level,
+				})
+				held = errOld == nil && left >= 0
+			}
 			var errNew error
 			if newOwner(i) {
 				_, errNew = c.node.Release(ctx, c.pipes[i], key, hashlock.NodeRelease{
 					Owner: lr.owner, TTL: lr.ttl, Request: reqNew, Window: c.o.releaseWindow, Level: newLevel,
 				})
 			}
-			if !oldOwner(i) {
-				return false, errNew
-			}
-			left, err := c.node.Release(ctx, c.pipes[i], key, hashlock.NodeRelease{
-				Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow, Level: h.level,
-			})
-			return err == nil && left >= 0, errors.Join(errNew, err)
+			return held, errors.Join(errOld, errNew)
 		}))
 	more := 0
 	for _, r := range out {

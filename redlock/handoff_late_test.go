@@ -26,6 +26,18 @@ func TestHandOffLateAnswersRelease(t *testing.T) {
 		proxies[i] = testserver.StartProxy(t, shared[i].Addr())
 		addrs[i] = proxies[i].Addr()
 	}
+	// The scripts are loaded first: otherwise the hand-off's EVALSHA finds
+	// NOSCRIPT on masters 1 and 2, and the hand-off runs there only after
+	// the round gave up, which is not the case under test (the test passed
+	// only while it ran first in its process).
+	for _, s := range shared[:3] {
+		r := s.Client(t)
+		for _, sc := range redlock.Scripts() {
+			if err := sc.Load(ctx, r).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	c, err := redlock.New(dial(t, addrs...), redlock.WithNodeTimeout(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
