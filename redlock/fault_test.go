@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/redlock"
@@ -273,6 +275,25 @@ func TestExtensionLosesQuorum(t *testing.T) {
 	}
 	key := uniqueKey(t)
 	l := mustObtain(t, ctx, c, key, lock.WithTTL(ttl))
+	// Obtain returned at a quorum: wait until the hold is on all five, or
+	// a late acquisition could land after the deletion below and leave a
+	// quorum (masters 2, 3 and 4) holding it.
+	var direct []redis.UniversalClient
+	for _, r := range rs {
+		direct = append(direct, r.Client(t))
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		on := 0
+		for _, r := range direct {
+			on += int(r.Exists(ctx, redlock.DefaultPrefix+"{"+key+"}").Val())
+		}
+		if on == len(rs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hold on %d of %d masters after 10 s", on, len(rs))
+		}
+	}
 	start := time.Now()
 	for _, r := range rs[:3] {
 		if err := r.Client(t).Del(ctx, redlock.DefaultPrefix+"{"+key+"}").Err(); err != nil {
