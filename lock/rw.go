@@ -80,7 +80,12 @@ type RWLocker interface {
 // released; a renewal renews only the hold its level belongs to. A lease
 // whose hold was lost (expired, deleted) and taken again by the same owner
 // no longer matches a level: its renewal reports it lost, and its Release
-// answers ErrNotHeld without touching the new hold. A downgrade is a read
+// answers ErrNotHeld without touching the new hold. When the owner takes
+// the write side again through the same RW and Redis answers with a new
+// hold's token, the owner's write levels of the lost hold are reported
+// lost at once, before that Obtain returns (as Client does): a nested
+// lock.Do never runs inside an outer section that still believes it holds
+// a hold Redis lost. A downgrade is a read
 // acquisition by the writer, recorded the same way.
 type RW struct {
 	ver redisver.Gate // the server's version, checked at the first obtain
@@ -97,6 +102,7 @@ type RW struct {
 	psDone  chan struct{}
 	waiters map[string]map[chan struct{}]struct{} // by channel
 	leases  map[*rwLease]struct{}
+	writes  map[holdKey]map[*rwLease]struct{} // the write levels in leases, by key and owner
 	quit    chan struct{}
 }
 
@@ -114,7 +120,7 @@ func NewRW(rdb redis.UniversalClient, opts ...ClientOption) *RW {
 		}
 	}
 	rw := &RW{rdb: rdb, o: o, id: NewOwner(), waiters: map[string]map[chan struct{}]struct{}{},
-		leases: map[*rwLease]struct{}{}, quit: make(chan struct{})}
+		leases: map[*rwLease]struct{}{}, writes: map[holdKey]map[*rwLease]struct{}{}, quit: make(chan struct{})}
 	rw.obs = observe.NewLock("coordkit/lock.RW", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	rw.err = checkClient(rdb, &o)
 	return rw
@@ -214,6 +220,7 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 		if len(res) >= 2 && res[0] == 1 {
 			l := rw.newLease(mode, key, keys, owner, level, res[1], o, sent)
 			if l.wd.Held() {
+				rw.loseReplaced(l)
 				return l, nil
 			}
 			// The answer came after the level's deadline: Redis may have
@@ -387,12 +394,53 @@ func (rw *RW) newLease(mode, key string, keys []string, owner, level string, tok
 	closed := rw.closed
 	if !closed {
 		rw.leases[l] = struct{}{}
+		if mode == "w" {
+			k := holdKey{key, owner}
+			if rw.writes[k] == nil {
+				rw.writes[k] = map[*rwLease]struct{}{}
+			}
+			rw.writes[k][l] = struct{}{}
+		}
 	}
 	rw.mu.Unlock()
 	if closed {
 		wd.Lose(ErrClosed)
 	}
 	return l
+}
+
+// loseReplaced reports lost, at once, the owner's other write levels on
+// l's key whose token is not l's: l's acquisition answered another token,
+// so Redis no longer had their hold (a failover, an eviction, a restart,
+// ForceRelease) and l made a new one. Client does the same for its holds
+// (newGrantedLease); before, such a level learned of it only at its next
+// renewal, and the owner's outer section, re-entered through this RW,
+// went on believing it held the key with its old token (the chaos
+// checker's rw backend: reentry-token, after lock-delete).
+func (rw *RW) loseReplaced(l *rwLease) {
+	if l.mode != "w" {
+		return // a read lease's token is the last write's: it names no hold
+	}
+	var lose []*rwLease
+	stale := false
+	rw.mu.Lock()
+	for o := range rw.writes[holdKey{l.key, l.owner}] {
+		if o != l && o.token != l.token && !o.released {
+			lose = append(lose, o)
+			// A smaller token than a live level's: Redis answered from an
+			// older hold (restarted from a snapshot), which l joined: l is
+			// lost from the start too, as Client's answer about a hold
+			// that a newer one replaced.
+			stale = stale || o.token > l.token
+		}
+	}
+	rw.mu.Unlock()
+	if stale {
+		lose = append(lose, l)
+	}
+	for _, o := range lose {
+		o.wd.Lose(fmt.Errorf("%w: %w", ErrNotHeld, watchdog.ErrNotHeld))
+	}
 }
 
 type rwEvents struct{ l *rwLease }
@@ -432,6 +480,12 @@ func (l *rwLease) release(ctx context.Context) error {
 	done := l.released
 	l.released = true
 	delete(rw.leases, l)
+	if ws := rw.writes[holdKey{l.key, l.owner}]; ws != nil {
+		delete(ws, l)
+		if len(ws) == 0 {
+			delete(rw.writes, holdKey{l.key, l.owner})
+		}
+	}
 	rw.mu.Unlock()
 	if done {
 		return ErrNotHeld

@@ -81,6 +81,65 @@ func TestRWWriterLostOnVanish(t *testing.T) {
 	}
 }
 
+// TestRWReentryAfterVanishLosesAtOnce: the owner's write hold vanishes from
+// Redis (deleted, as a failover or an eviction would), and the owner takes
+// the write side again through the same RW: Redis gives it a new hold with
+// a larger token, and the old level is reported lost by the time that
+// Obtain returns (as Client does), not at its next renewal, 10 s away. The
+// chaos checker's rw backend found the gap (reentry-token after
+// lock-delete): the outer section went on believing it held the key with
+// its old token.
+func TestRWReentryAfterVanishLosesAtOnce(t *testing.T) {
+	ctx := lock.WithOwner(ctxTimeout(t, 10*time.Second), "owner-a")
+	key := uniqueKey(t)
+	rw := newRW(t)
+	outer, err := rw.Write().Obtain(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.Client(t).Del(ctx, lock.DefaultPrefix+"rw:{"+key+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	inner, err := rw.Write().Obtain(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inner.Token() <= outer.Token() {
+		t.Fatalf("the new hold's token %d, want above the vanished one's %d", inner.Token(), outer.Token())
+	}
+	select {
+	case <-outer.Lost():
+	default:
+		t.Fatal("the vanished level's Lost still open when the owner's new acquisition returned")
+	}
+	if err := lock.LostCause(outer); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("cause %v, want lock.ErrNotHeld", err)
+	}
+	if err := inner.(interface{ Err() error }).Err(); err != nil {
+		t.Fatalf("the new hold: %v", err)
+	}
+	if err := outer.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release of the vanished level: %v, want ErrNotHeld", err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatalf("Release of the new hold: %v", err)
+	}
+	// A re-entry that finds its hold in Redis joins it: nothing is lost.
+	a, err := rw.Write().Obtain(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rw.Write().Obtain(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Token() != b.Token() || a.(interface{ Err() error }).Err() != nil {
+		t.Fatalf("re-entry: tokens %d and %d, outer %v", a.Token(), b.Token(), a.(interface{ Err() error }).Err())
+	}
+	b.Release(ctx)
+	a.Release(ctx)
+}
+
 // TestRWDo: lock.Do on either side, nested Do re-entering.
 func TestRWDo(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
