@@ -27,6 +27,7 @@ type Hold struct {
 	// Outer is a re-entry's outer hold (the lock.Do it is nested in), ""
 	// for an outermost lock.Do.
 	Outer     string
+	Read      bool // a read-side hold (the rw backend): it shares its key with other read holds
 	outer     *Hold
 	level     bool    // a re-entry that carried its outer hold's token: one more level of it, not a hold
 	levels    []*Hold // this hold's levels
@@ -131,6 +132,7 @@ const (
 	aReentryNoFault = "reentry-new-hold-unexplained"
 	aOverdue        = "held-past-deadline"
 	aUnfair         = "fair-order-broken"
+	aNotHeldUnexpl  = "release-notheld-unexplained"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -314,6 +316,7 @@ func Check(in Input) *Result {
 	r.checkLostUpdates(in, pairs)
 	r.checkLinearizable(in)
 	r.checkLiveness(in)
+	r.checkReleaseAnswers(in)
 	if in.Backend == "fair" {
 		r.checkFairness(in)
 	}
@@ -350,6 +353,7 @@ func (r *Result) build(in Input) {
 		switch e.Op {
 		case opInvoke:
 			h.Invoke, h.Owner, h.Outer, h.invoked = e.Mono, e.Owner, e.Outer, true
+			h.Read = e.Mode == modeRead
 		case opAcquired:
 			h.Acquired, h.Token = e.Mono, e.Token
 		case opFail:
@@ -573,7 +577,16 @@ func sortedHolds(m map[string]*Hold) []*Hold {
 // checkTokens: every fresh acquisition's token is larger than the tokens of
 // all acquisitions of its key that completed before it began.
 func (r *Result) checkTokens() {
-	for key, hs := range r.byKey {
+	for key, all := range r.byKey {
+		// A read lease's token is the last write's (lock/rw.go): it names
+		// the version read, shared by the readers of that version. Write
+		// holds alone must get ever larger tokens.
+		var hs []*Hold
+		for _, h := range all {
+			if !h.Read {
+				hs = append(hs, h)
+			}
+		}
 		byInvoke := append([]*Hold(nil), hs...)
 		sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].Invoke < byInvoke[j].Invoke })
 		var best *Hold // largest token among holds acquired so far
@@ -630,7 +643,7 @@ func (r *Result) checkStaleWrites(in Input) {
 // and a holder stopped past its lease.
 func documentedFaults(backend string) map[string]bool {
 	switch backend {
-	case "lock", "fair", "election":
+	case "lock", "fair", "rw", "election":
 		return map[string]bool{fRestartNoData: true, fRestartSnapshot: true, fClientPause: true, fLockDelete: true}
 	case "redlock":
 		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true, fLockDelete: true}
@@ -685,6 +698,9 @@ func (r *Result) checkOverlaps(in Input) map[[2]string]string {
 			}
 			active = keep
 			for _, a := range active {
+				if a.Read && b.Read {
+					continue // readers share a key (the rw backend)
+				}
 				if a.outer == b || b.outer == a {
 					// A re-entry that took a new hold while its outer hold
 					// was believed held: reentry-token, or the outer hold
@@ -965,6 +981,46 @@ func livenessBound(backend string, life time.Duration) time.Duration {
 		return 2*life + slack
 	}
 	return life + waiterTimeout + slack
+}
+
+// checkReleaseAnswers: on the single-Redis locks (lock, fair, rw), a
+// release that answered "not held" must have a cause: a fault that can
+// have ended the hold (on a server, or on the holder's own process or
+// connections) or a stall of the holder's process, from a life before its
+// invocation to the answer. A lost reply is no such cause: every call of
+// the Redis locks is safe to resend (lock/doc.go: "never ErrNotHeld for a
+// lock it freed"), and reply-lost (nemesis.go) makes go-redis resend them;
+// neither is a cut connection (proxy-cut), after which go-redis resends on
+// a new one.
+func (r *Result) checkReleaseAnswers(in Input) {
+	switch in.Backend {
+	case "lock", "fair", "rw":
+	default:
+		return
+	}
+	for _, h := range sortedHolds(r.holds) {
+		if h.RelRes != "notheld" || h.Acquired == 0 {
+			continue
+		}
+		from, to := h.Invoke-in.lifeOf(h.Key).Nanoseconds(), h.Released
+		explained := false
+		for _, f := range in.Faults {
+			if f.Err != "" || f.Kind == fReplyLost || f.Kind == fProxyCut || f.Proc != "" && f.Proc != h.Proc {
+				continue
+			}
+			if f.Start <= to && f.End >= from {
+				explained = true
+				break
+			}
+		}
+		for _, s := range r.selfStalls[h.Proc] {
+			explained = explained || s[0] <= to && s[1] >= from
+		}
+		if !explained {
+			r.violate(aNotHeldUnexpl, h.Key, fmt.Sprintf("%s's release answered \"not held\" with no fault that can have ended the hold from %v before its invocation to the answer, and no stall of %s",
+				h.ID, in.lifeOf(h.Key), h.Proc), h)
+		}
+	}
 }
 
 // sortedKV orders counter writes by key and value, for stable reports.

@@ -121,7 +121,7 @@ func parseClient(args []string) (clientConfig, error) {
 
 func validBackend(b string) bool {
 	switch b {
-	case "lock", "fair", "redlock", "zk", "etcd", "ids", "election", "sql", "sem", "sqlid", "bank":
+	case "lock", "fair", "rw", "redlock", "zk", "etcd", "ids", "election", "sql", "sem", "sqlid", "bank":
 		return true
 	}
 	return false
@@ -178,6 +178,9 @@ func runClient(args []string) error {
 			defer wg.Done()
 			w := &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(locker), res: res, ctl: ctl,
 				rnd: rand.New(rand.NewPCG(cfg.seed, uint64(g)))}
+			if rw, ok := locker.(rwSides); ok {
+				w.reader = wrapLocker(rw.read)
+			}
 			w.loop(ctx)
 		}()
 	}
@@ -232,6 +235,10 @@ func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl, rec *Reco
 		return dialSem(cfg.addrs[0])
 	case "etcd":
 		return dialEtcd(cfg)
+	case "rw":
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.addrs[0]})
+		rw := lock.NewRW(rdb)
+		return rwSides{Locker: rw.Write(), read: rw.Read()}, func() { rw.Close(); rdb.Close() }, nil
 	case "lock", "fair", "election":
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.addrs[0]})
 		var opts []lock.ClientOption
@@ -281,6 +288,16 @@ func dialLocker(ctx context.Context, cfg clientConfig, ctl *zkControl, rec *Reco
 	return nil, nil, fmt.Errorf("chaos client: unknown backend %q", cfg.backend)
 }
 
+// rwSides is the rw backend's Locker: the write side of a lock.RW (what
+// the long keys' workers and re-entries take), and its read side.
+type rwSides struct {
+	lock.Locker
+	read lock.Locker
+}
+
+// readShare is the rw backend's share of sections on the read side.
+const readShare = 0.5
+
 // perLockTTL reports whether backend's locks take a TTL per acquisition
 // (lock.WithTTL). zk's holds live by the session, etcd's by the Client's
 // one lease (-ttl, etcdwl.go).
@@ -299,7 +316,8 @@ type worker struct {
 	res     *redis.Client
 	rnd     *rand.Rand
 	n       int
-	ctl     *zkControl // zk: slow sections the nemesis asks for; nil otherwise
+	ctl     *zkControl  // zk: slow sections the nemesis asks for; nil otherwise
+	reader  lock.Locker // rw: the read side (locker is the write side); nil otherwise
 }
 
 // obtainTimeout bounds each lock.Do's wait for the lock.
@@ -327,6 +345,13 @@ func (w *worker) loop(ctx context.Context) {
 		// same whatever the sections do.
 		reenter := w.rnd.Float64() < w.cfg.reenter
 		actx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
+		if w.reader != nil && w.rnd.Float64() < readShare {
+			a.inner, a.read = w.reader, true
+			lock.Do(actx, a, key, func(fctx context.Context) error { return w.readSection(fctx, a, key) }, opts...)
+			cancel()
+			a.wait()
+			continue
+		}
 		lock.Do(actx, a, key, func(fctx context.Context) error {
 			if w.cfg.backend == "sem" { // permits do not re-enter
 				return w.semSection(fctx, a)
@@ -388,15 +413,10 @@ func (w *worker) section(ctx context.Context, a *attempt, key string) error {
 	if err := w.fencedWrite(ctx, a, key); err != nil {
 		return err
 	}
-	v, err := w.res.Get(ctx, "ctr:{"+key+"}").Int64()
-	if errors.Is(err, redis.Nil) {
-		v, err = 0, nil
-	}
+	v, err := w.readCounter(ctx, a, key)
 	if err != nil {
-		w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Res: errKind(err)})
 		return err
 	}
-	w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Val: v, Res: "ok"})
 	// The work of the section: a fault that lands while it runs finds a holder.
 	w.work(ctx, a)
 	w.checkOverdue(a)
@@ -404,6 +424,38 @@ func (w *worker) section(ctx context.Context, a *attempt, key string) error {
 	err = w.res.Set(ctx, "ctr:{"+key+"}", v+1, 0).Err()
 	w.rec.Record(Event{G: w.g, Op: opWrite, Key: key, Hold: a.hold, Val: v + 1, Res: errKind(err)})
 	return err
+}
+
+// readCounter reads key's counter on the resource (0 if never written)
+// and records the read as a's.
+func (w *worker) readCounter(ctx context.Context, a *attempt, key string) (int64, error) {
+	v, err := w.res.Get(ctx, "ctr:{"+key+"}").Int64()
+	if errors.Is(err, redis.Nil) {
+		v, err = 0, nil
+	}
+	if err != nil {
+		w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Res: errKind(err)})
+		return 0, err
+	}
+	w.rec.Record(Event{G: w.g, Op: opRead, Key: key, Hold: a.hold, Val: v, Res: "ok"})
+	return v, nil
+}
+
+// readSection is a section on the read side (rw): the key's counter read,
+// the section's work, the counter read again. Readers write nothing: the
+// checker holds read holds to exclusion from every write hold (check.go),
+// and the two reads show what a writer let in meanwhile changed.
+func (w *worker) readSection(ctx context.Context, a *attempt, key string) error {
+	for i := range 2 {
+		if _, err := w.readCounter(ctx, a, key); err != nil {
+			return err
+		}
+		if i == 0 {
+			w.work(ctx, a)
+			w.checkOverdue(a)
+		}
+	}
+	return ctx.Err()
 }
 
 // fencedWrite is the protected write of a's hold: a compare-and-set on the
@@ -560,6 +612,7 @@ type attempt struct {
 	hold  string
 	owner string
 	outer *attempt   // a re-entry's outer hold (reenterSection), or nil
+	read  bool       // rw: a read-side hold (its invocation says so: Mode)
 	lease lock.Lease // set by Obtain
 	key   string
 	done  chan struct{}
@@ -578,7 +631,11 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 	if a.owner == "" { // set by the caller's ctx (an election's campaign)
 		a.owner, _ = lock.OwnerFrom(ctx)
 	}
-	a.rec.Record(Event{G: a.g, Op: opInvoke, Key: key, Hold: a.hold, Owner: a.owner, Outer: outer})
+	var mode string
+	if a.read {
+		mode = modeRead
+	}
+	a.rec.Record(Event{G: a.g, Op: opInvoke, Key: key, Hold: a.hold, Owner: a.owner, Outer: outer, Mode: mode})
 	l, err := a.inner.Obtain(ctx, key, opts...)
 	if err != nil {
 		a.rec.Record(Event{G: a.g, Op: opFail, Key: key, Hold: a.hold, Res: errKind(err,

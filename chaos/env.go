@@ -79,7 +79,7 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 	}
 	var targets []string
 	switch cfg.backend {
-	case "lock", "fair", "election", "sem":
+	case "lock", "fair", "rw", "election", "sem":
 		if e.redis, err = testserver.NewRedisMasters(1); err != nil {
 			return e, err
 		}

@@ -25,6 +25,7 @@ type Event struct {
 	Key   string `json:"key,omitempty"`   // lock key
 	Hold  string `json:"hold,omitempty"`  // hold id: proc/g/n, one per lock.Do call (proc/g/n/r: its re-entry)
 	Outer string `json:"outer,omitempty"` // invoke of a re-entry: the outer hold's id
+	Mode  string `json:"mode,omitempty"`  // invoke on the rw backend's read side: "r" (modeRead)
 	Token int64  `json:"tok,omitempty"`   // fencing token (acquired, write)
 	Owner string `json:"owner,omitempty"`
 	Res   string `json:"res,omitempty"` // result: ok, refused, notheld, timeout, error: …
@@ -70,6 +71,10 @@ const (
 	// that late, or a SIGSTOP. Its leases could not be renewed meanwhile.
 	opStall = "stall"
 )
+
+// modeRead marks the invocation of a read-side hold (the rw backend): read
+// holds share a key with each other, never with a write hold.
+const modeRead = "r"
 
 // monoNow reads CLOCK_MONOTONIC.
 func monoNow() int64 {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 type mutexInput struct {
 	Acquire bool
 	Hold    string
+	Read    bool // rwModel: the read side
 }
 
 // mutexModel is a mutex whose state is the holding hold's id ("" free).
@@ -54,6 +56,68 @@ var mutexModel = porcupine.Model{
 	},
 }
 
+// rwState is a read-write lock's state: the writer's hold ("" none) and
+// the readers' holds, sorted and joined by commas (comparable, for
+// porcupine's cache).
+type rwState struct {
+	W, R string
+}
+
+// rwModel is mutexModel for the rw backend (lock.RW): a read acquisition
+// is legal while no write hold holds, a write acquisition while nothing
+// does; each release is legal only by a holder of that side.
+var rwModel = porcupine.Model{
+	Init: func() any { return rwState{} },
+	Step: func(state, input, _ any) (bool, any) {
+		in := input.(mutexInput)
+		s := state.(rwState)
+		var rs []string
+		if s.R != "" {
+			rs = strings.Split(s.R, ",")
+		}
+		switch {
+		case in.Acquire && in.Read:
+			if s.W != "" {
+				return false, s
+			}
+			rs = append(rs, in.Hold)
+			sort.Strings(rs)
+			return true, rwState{R: strings.Join(rs, ",")}
+		case in.Acquire:
+			return s.W == "" && s.R == "", rwState{W: in.Hold}
+		case in.Read:
+			i := slices.Index(rs, in.Hold)
+			if i < 0 {
+				return false, s
+			}
+			return true, rwState{W: s.W, R: strings.Join(slices.Delete(rs, i, i+1), ",")}
+		}
+		return s.W == in.Hold, rwState{R: s.R}
+	},
+	Equal: func(a, b any) bool { return a.(rwState) == b.(rwState) },
+	DescribeOperation: func(input, _ any) string {
+		in := input.(mutexInput)
+		side := "write"
+		if in.Read {
+			side = "read"
+		}
+		if in.Acquire {
+			return "acquire " + side + " " + in.Hold
+		}
+		return "release " + side + " " + in.Hold
+	},
+	DescribeState: func(s any) string {
+		st := s.(rwState)
+		switch {
+		case st.W != "":
+			return "written by " + st.W
+		case st.R != "":
+			return "read by " + st.R
+		}
+		return "free"
+	},
+}
+
 // linearTimeout bounds porcupine per key.
 const linearTimeout = 60 * time.Second
 
@@ -72,13 +136,17 @@ func (r *Result) checkLinearizable(in Input) {
 		clients[id] = len(clients)
 		return clients[id]
 	}
+	model := mutexModel
+	if in.Backend == "rw" {
+		model = rwModel
+	}
 	for _, key := range sortedKeys(r.byKey) {
 		life := in.lifeOf(key).Nanoseconds() + reportSlack.Nanoseconds()
 		var ops []porcupine.Operation
 		var of []*Hold // the hold of each operation
 		for _, h := range r.byKey[key] {
 			c := clientOf(h)
-			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Acquire: true, Hold: h.ID},
+			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Acquire: true, Hold: h.ID, Read: h.Read},
 				Call: h.Invoke, Return: h.Acquired})
 			of = append(of, h)
 			call, ret := h.Release, h.Released
@@ -94,17 +162,17 @@ func (r *Result) checkLinearizable(in Input) {
 			if ret <= call {
 				ret = call + 1
 			}
-			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Hold: h.ID}, Call: call, Return: ret})
+			ops = append(ops, porcupine.Operation{ClientId: c, Input: mutexInput{Hold: h.ID, Read: h.Read}, Call: call, Return: ret})
 			of = append(of, h)
 		}
-		res, info := porcupine.CheckOperationsVerbose(mutexModel, ops, linearTimeout)
+		res, info := porcupine.CheckOperationsVerbose(model, ops, linearTimeout)
 		r.Linear[key] = string(res)
 		if res == porcupine.Illegal {
 			what, hs := firstIllegal(ops, of, info)
 			what = "mutex history not linearizable: " + what
 			if in.OutDir != "" {
 				path := filepath.Join(in.OutDir, "porcupine-"+key+".html")
-				if err := porcupine.VisualizePath(mutexModel, info, path); err == nil {
+				if err := porcupine.VisualizePath(model, info, path); err == nil {
 					what += "; visualization: " + path
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,10 +79,18 @@ func readFaults(path string) ([]Fault, error) {
 
 // Fault kinds. Which backend gets which is in faultKinds.
 const (
-	fClientKill      = "client-kill"       // SIGKILL a client process; a new one replaces it
-	fClientPause     = "client-pause"      // SIGSTOP a client past its TTL / session, then SIGCONT
-	fProxyCut        = "proxy-cut"         // close a client's connections to the servers
-	fProxyBlackhole  = "proxy-blackhole"   // a client's connections stall, then pass again
+	fClientKill     = "client-kill"     // SIGKILL a client process; a new one replaces it
+	fClientPause    = "client-pause"    // SIGSTOP a client past its TTL / session, then SIGCONT
+	fProxyCut       = "proxy-cut"       // close a client's connections to the servers
+	fProxyBlackhole = "proxy-blackhole" // a client's connections stall, then pass again
+	// fReplyLost: for a while, over and over, a client's connections carry
+	// its requests to the servers but hold the replies, and are cut 15 ms
+	// later: the servers ran the commands, the client never heard, and
+	// go-redis sends each one again on a new connection (MaxRetries 3 by
+	// default). Every call of the Redis locks must be safe to resend
+	// (lock/doc.go): none may answer otherwise the second time. In the
+	// long profile (runConfig.replyLost); by -kinds in either.
+	fReplyLost       = "reply-lost"
 	fServerPause     = "server-pause"      // SIGSTOP a server, then SIGCONT
 	fRestartKeep     = "restart-keep-data" // kill -9 a Redis after SAVE, restart with its data
 	fRestartNoData   = "restart-no-data"   // kill -9 a Redis, restart empty
@@ -106,10 +115,10 @@ const fZKNotifyPart = "zk-notify-partition"
 func faultKinds(backend string) []string {
 	common := []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause}
 	switch backend {
-	case "lock", "fair", "election":
-		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete)
+	case "lock", "fair", "rw", "election":
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete, fReplyLost)
 	case "redlock":
-		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete)
+		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete, fReplyLost)
 	case "zk":
 		return append(common, fZKExpire, fZKNodeKill, fZKNotifyPart)
 	case "etcd":
@@ -135,7 +144,11 @@ func (c runConfig) faultKinds() []string {
 	if c.kinds != nil {
 		return c.kinds
 	}
-	return faultKinds(c.backend)
+	ks := faultKinds(c.backend)
+	if !c.replyLost {
+		ks = slices.DeleteFunc(ks, func(k string) bool { return k == fReplyLost })
+	}
+	return ks
 }
 
 // step is one planned fault: drawn from the seed before the run, so that the
@@ -155,7 +168,7 @@ type step struct {
 // act on servers).
 func clientFault(kind string) bool {
 	switch kind {
-	case fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fZKExpire, fZKNotifyPart, fClockStep:
+	case fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fReplyLost, fZKExpire, fZKNotifyPart, fClockStep:
 		return true
 	}
 	return false
@@ -219,6 +232,8 @@ func plan(cfg runConfig) []step {
 				// lease-table section).
 				s.Dur = life*9/10 + (s.Dur-life/4)*22/35
 			}
+		case fReplyLost:
+			s.Target, s.Dur = rnd.IntN(cfg.procs), span(300*time.Millisecond, 1500*time.Millisecond)
 		case fZKExpire:
 			s.Target = rnd.IntN(cfg.procs)
 		case fZKNotifyPart:
@@ -411,6 +426,23 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		for _, p := range sl.proxies {
 			p.SetBlackhole(false)
 		}
+	case fReplyLost:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		cycles := 0
+		for end := time.Now().Add(s.Dur); time.Now().Before(end) && ctx.Err() == nil; cycles++ {
+			for _, p := range sl.proxies {
+				p.SetBlackholeToClient(true)
+			}
+			sleepCtx(ctx, 15*time.Millisecond) // requests reach the servers and run
+			for _, p := range sl.proxies {
+				p.Cut() // the held replies go with the connections
+				p.SetBlackholeToClient(false)
+			}
+			sleepCtx(ctx, 35*time.Millisecond) // go-redis resends on new connections
+		}
+		f.Detail = fmt.Sprintf("%d cycles of replies held 15 ms then cut", cycles)
 	case fZKExpire:
 		sl := client()
 		_, _, f.Proc = sl.current()
@@ -775,6 +807,10 @@ func (e *env) deleteLocks(ctx context.Context, s step) (string, string, error) {
 	}
 	var keys []string
 	for _, k := range e.cfg.keyNames() {
+		if e.cfg.backend == "rw" { // lock.RW's hash and readers (lock/rw.go)
+			keys = append(keys, prefix+"rw:{"+k+"}", prefix+"rw:{"+k+"}:r")
+			continue
+		}
 		keys = append(keys, prefix+"{"+k+"}")
 	}
 	var targets []string

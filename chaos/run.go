@@ -36,8 +36,11 @@ type runConfig struct {
 	// contendToo: ids runs twice, in the normal mode and then in the
 	// contention mode (output in ids and ids-contend).
 	contendToo bool
-	reenter    float64 // the fraction of sections that re-enter their key (client.go)
-	long       float64 // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
+	// replyLost: the Redis lock backends' nemesis also loses replies
+	// (fReplyLost, nemesis.go): the long profile.
+	replyLost bool
+	reenter   float64 // the fraction of sections that re-enter their key (client.go)
+	long      float64 // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
 	// longKeys: each client process runs one more worker per long key
 	// (longKeyLives), whose sections work for twice the key's lease life
 	// unless the lease's loss ends them first (client.go, longLoop).
@@ -54,7 +57,7 @@ type runConfig struct {
 // none.
 func longKeyLives(backend string, ttl, session time.Duration) map[string]time.Duration {
 	switch backend {
-	case "lock", "fair", "redlock":
+	case "lock", "fair", "rw", "redlock":
 		return map[string]time.Duration{"L0": ttl / 2, "L1": 3 * ttl}
 	case "zk":
 		return map[string]time.Duration{"L0": max(session, ttl)}
@@ -117,7 +120,8 @@ var profiles = map[string]runConfig{
 		// sql, sem, sqlid: 15-20 s, so that make test stays within 4 minutes.
 		// etcd (by name only: longBackends): 30 s for its 8 kinds, as zk.
 		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second, "etcd": 30 * time.Second,
-			"sql": 20 * time.Second, "sem": 15 * time.Second, "sqlid": 15 * time.Second, "bank": 15 * time.Second}, idRate: 20_000,
+			"sql": 20 * time.Second, "sem": 15 * time.Second, "sqlid": 15 * time.Second, "bank": 15 * time.Second,
+			"rw": 25 * time.Second}, idRate: 20_000,
 		// ids in the contention mode: a worker ID's hand-over to another
 		// process, the clocks skewed, is where the marks and the lease
 		// deadline matter (mutants 17, 18, 25); the long profile runs both.
@@ -129,7 +133,7 @@ var profiles = map[string]runConfig{
 		ttl: time.Second, session: 2 * time.Second, faults: 100, gapMin: 500 * time.Millisecond, gapMax: 2500 * time.Millisecond,
 		// make chaos must fit in 30 minutes on 2 cores, the model-based
 		// test's long mode (about 5) included: about 1225 s of load phases
-		// for eleven runs (ids twice), each run about 25 s more to start
+		// for twelve runs (ids twice), each run about 25 s more to start
 		// its servers and check. At the last long runs' throughput
 		// (sections/s: lock 509, fair 371, redlock 212, zk 165, etcd 67)
 		// that is 50,000-66,000 sections for lock, fair, redlock and zk,
@@ -138,10 +142,12 @@ var profiles = map[string]runConfig{
 		// ids-contend, bank and etcd. Redlock and zk gave 40 and 45 s to
 		// etcd's 150 (its long run of 240 s, seed 1, found nothing the
 		// first 150 s did not inject: 89 faults of every kind).
-		durs: map[string]time.Duration{"lock": 130 * time.Second, "fair": 160 * time.Second,
-			"redlock": 260 * time.Second, "zk": 285 * time.Second, "etcd": 150 * time.Second, "ids": 40 * time.Second,
+		// rw (lock.RW, 45 s) took 25 s from lock, 25 from fair and 20
+		// from zk.
+		durs: map[string]time.Duration{"lock": 105 * time.Second, "fair": 135 * time.Second, "rw": 45 * time.Second,
+			"redlock": 260 * time.Second, "zk": 265 * time.Second, "etcd": 150 * time.Second, "ids": 40 * time.Second,
 			"sem": 30 * time.Second, "sql": 45 * time.Second, "sqlid": 25 * time.Second, "bank": 60 * time.Second},
-		idRate: 40_000, reenter: 0.05, longKeys: true, contendToo: true},
+		idRate: 40_000, reenter: 0.05, longKeys: true, contendToo: true, replyLost: true},
 }
 
 // allBackends run in both profiles; longBackends only in the long one (by
@@ -154,7 +160,7 @@ var profiles = map[string]runConfig{
 // packages' tests in make test).
 var (
 	allBackends  = []string{"lock", "fair", "redlock", "zk", "ids", "sem", "bank"}
-	longBackends = []string{"sql", "sqlid", "etcd"}
+	longBackends = []string{"sql", "sqlid", "etcd", "rw"}
 )
 
 func runMain(args []string) (int, error) {
