@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -51,7 +52,7 @@ func dumpZKLines(addrs []string, keys []string) (map[string][]LockNode, error) {
 			return nil, err
 		}
 		names, _, err := conn.Children(path)
-		if err == zk.ErrNoNode {
+		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
 		if err != nil {
@@ -59,7 +60,7 @@ func dumpZKLines(addrs []string, keys []string) (map[string][]LockNode, error) {
 		}
 		for _, name := range names {
 			data, st, err := conn.Get(path + "/" + name)
-			if err == zk.ErrNoNode {
+			if errors.Is(err, zk.ErrNoNode) {
 				continue // went meanwhile
 			}
 			if err != nil {
