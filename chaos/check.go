@@ -27,7 +27,8 @@ type Hold struct {
 	// Outer is a re-entry's outer hold (the lock.Do it is nested in), ""
 	// for an outermost lock.Do.
 	Outer     string
-	Read      bool // a read-side hold (the rw backend): it shares its key with other read holds
+	Read      bool  // a read-side hold (the rw backend): it shares its key with other read holds
+	Late      int64 // Event.Late of its acquisition
 	outer     *Hold
 	level     bool    // a re-entry that carried its outer hold's token: one more level of it, not a hold
 	levels    []*Hold // this hold's levels
@@ -133,6 +134,7 @@ const (
 	aOverdue        = "held-past-deadline"
 	aUnfair         = "fair-order-broken"
 	aNotHeldUnexpl  = "release-notheld-unexplained"
+	aGrantLate      = "grant-past-deadline"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -147,6 +149,7 @@ const (
 	iStalls         = "process-stalls"
 	iStallMaxMS     = "process-stall-max-ms"
 	iStallExcused   = "overlap-after-stall"
+	iGrantLost      = "grant-lost-at-return"
 )
 
 // Violation is one anomaly with the shortest excerpt of history that shows it.
@@ -172,8 +175,9 @@ type Result struct {
 	// selfStalls: when a process ran nothing for stallMin or more (its
 	// opStall events: the host's load, or a SIGSTOP), per process.
 	selfStalls map[string][][2]int64
-	// stalls: when a process could not reach the servers (its connections
-	// black-holed, per process) or the servers could not answer (paused,
+	// stalls: when a process could not reach the servers or hear from
+	// them (its connections black-holed, or their replies held: per
+	// process) or the servers could not answer (paused,
 	// a Redlock majority down: "" for every process).
 	stalls    map[string][][2]int64
 	procEnd   map[string]int64 // last event (or kill) per process
@@ -305,6 +309,7 @@ func Check(in Input) *Result {
 	r.build(in)
 	r.checkTokens()
 	r.checkReentries(in)
+	r.checkLateGrants()
 	if in.Backend == "sem" { // checksem.go
 		r.checkPermits(in)
 		r.checkLiveness(in)
@@ -321,6 +326,54 @@ func Check(in Input) *Result {
 		r.checkFairness(in)
 	}
 	return r
+}
+
+// lateSlack is how far past its own deadline a lease may be when Obtain
+// has returned it: the library checks the deadline just before it
+// returns (lock/doc.go: a grant answered after its TTL is never
+// returned), and the goroutine may wait for a core before the client
+// reads the clock.
+const lateSlack = 200 * time.Millisecond
+
+// checkLateGrants: an acquisition returned a lease whose own deadline
+// (Until: the grant's send time plus its TTL) was already lateSlack
+// behind, with its loss not reported: an answer that came after the
+// server could have expired the grant and given it to another (reply-late
+// holds replies past the TTL). A stall or pause of the process between
+// the deadline and the return explains it (the library checked in time,
+// then the process ran nothing). A lease returned already lost (Late -1)
+// is counted apart: the locks return a lease lost by design when its
+// answer was about a hold that a newer one had replaced (a Redis restarted
+// from an older snapshot: lock/lease.go), and its section runs on a
+// closed Lost.
+func (r *Result) checkLateGrants() {
+	slack := lateSlack.Nanoseconds()
+	for _, id := range sortedKeys(r.holds) {
+		h := r.holds[id]
+		if h.Acquired == 0 || h.Late == 0 {
+			continue
+		}
+		if h.Late < 0 {
+			r.Info[iGrantLost]++
+			continue
+		}
+		late := h.Late * int64(time.Millisecond)
+		if late <= slack {
+			continue
+		}
+		from, to := h.Acquired-late-50*int64(time.Millisecond), h.Acquired+50*int64(time.Millisecond)
+		stalled := false
+		for _, st := range append(append([][2]int64(nil), r.selfStalls[h.Proc]...), r.pauses[h.Proc]...) {
+			if st[0] <= to && st[1] >= from {
+				stalled = true
+				break
+			}
+		}
+		if !stalled {
+			r.violate(aGrantLate, h.Key, fmt.Sprintf("%s's acquisition of %s returned a lease (token %d) whose own deadline had passed %d ms before, its loss not reported",
+				h.ID, h.Key, h.Token, h.Late), h)
+		}
+	}
 }
 
 func (r *Result) build(in Input) {
@@ -355,7 +408,7 @@ func (r *Result) build(in Input) {
 			h.Invoke, h.Owner, h.Outer, h.invoked = e.Mono, e.Owner, e.Outer, true
 			h.Read = e.Mode == modeRead
 		case opAcquired:
-			h.Acquired, h.Token = e.Mono, e.Token
+			h.Acquired, h.Token, h.Late = e.Mono, e.Token, e.Late
 		case opFail:
 			h.Fail = e.Res
 			switch {
@@ -392,7 +445,7 @@ func (r *Result) build(in Input) {
 		switch f.Kind {
 		case fServerPause, fMajorityRestart:
 			r.stalls[""] = append(r.stalls[""], [2]int64{f.Start, f.End})
-		case fProxyBlackhole, fZKExpire:
+		case fProxyBlackhole, fZKExpire, fReplyLate:
 			r.stalls[f.Proc] = append(r.stalls[f.Proc], [2]int64{f.Start, f.End})
 		}
 		if f.Proc == "" {

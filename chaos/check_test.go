@@ -741,27 +741,76 @@ func TestRWBackend(t *testing.T) {
 	}
 }
 
-// TestReplyLostLongOnly: reply-lost is a fault of the Redis lock backends,
-// drawn in the long profile (and by -kinds), not in make test's short one.
-func TestReplyLostLongOnly(t *testing.T) {
-	for _, b := range []string{"lock", "fair", "rw", "redlock"} {
-		if !slices.Contains(faultKinds(b), fReplyLost) {
-			t.Errorf("%s: no %s among %v", b, fReplyLost, faultKinds(b))
-		}
-		for name, want := range map[string]bool{"short": false, "long": true} {
-			cfg := profiles[name]
-			cfg.backend, cfg.seed = b, 1
-			if got := slices.Contains(cfg.faultKinds(), fReplyLost); got != want {
-				t.Errorf("%s profile, %s: %s drawn %v, want %v", name, b, fReplyLost, got, want)
+// TestReplyFaultsLongOnly: reply-lost is a fault of the Redis lock
+// backends, reply-late of those and the semaphore, drawn in the long
+// profile (and by -kinds), not in make test's short one; a reply-late
+// fault outlasts the TTL and ends under go-redis's read timeout.
+func TestReplyFaultsLongOnly(t *testing.T) {
+	has := map[string][]string{
+		fReplyLost: {"lock", "fair", "rw", "redlock"},
+		fReplyLate: {"lock", "fair", "rw", "redlock", "sem"},
+	}
+	for kind, backends := range has {
+		for _, b := range []string{"lock", "fair", "rw", "redlock", "zk", "etcd", "sql", "sem", "ids", "sqlid", "bank"} {
+			want := slices.Contains(backends, b)
+			if got := slices.Contains(faultKinds(b), kind); got != want {
+				t.Errorf("%s: %s among %v is %v, want %v", b, kind, faultKinds(b), got, want)
+			}
+			if !want {
+				continue
+			}
+			for name, want := range map[string]bool{"short": false, "long": true} {
+				cfg := profiles[name]
+				cfg.backend, cfg.seed = b, 1
+				if got := slices.Contains(cfg.faultKinds(), kind); got != want {
+					t.Errorf("%s profile, %s: %s drawn %v, want %v", name, b, kind, got, want)
+				}
 			}
 		}
-	}
-	for _, b := range []string{"zk", "etcd", "sql", "sem", "ids"} {
-		if slices.Contains(faultKinds(b), fReplyLost) {
-			t.Errorf("%s draws %s", b, fReplyLost)
+		if !clientFault(kind) || !replyFault(kind) {
+			t.Errorf("%s acts on a client's replies", kind)
 		}
 	}
-	if !clientFault(fReplyLost) {
-		t.Errorf("%s acts on a client", fReplyLost)
+	cfg := profiles["long"]
+	cfg.backend, cfg.seed, cfg.faults, cfg.kinds = "lock", 3, 200, []string{fReplyLate}
+	for _, s := range plan(cfg) {
+		if s.Dur <= cfg.life()*5/4 || s.Dur > replyLateMax || replyLateMax >= 3*time.Second {
+			t.Fatalf("reply-late for %v: want past 1.25 TTL (%v) and at most %v, under go-redis's 3 s read timeout", s.Dur, cfg.life()*5/4, replyLateMax)
+		}
+	}
+}
+
+// TestLateGrant: a lease returned with its own deadline already well
+// behind (Event.Late) is a grant-past-deadline anomaly, unless the process
+// stalled between the deadline and the return; one returned already lost
+// is counted, not failed.
+func TestLateGrant(t *testing.T) {
+	late := func(ms int64, extra ...Event) Input {
+		var h hist
+		h.section(100, 150, "a", "k0", "a/0/1", 100, 0, "ok")
+		for i := range h.evs {
+			if h.evs[i].Op == opAcquired {
+				h.evs[i].Late = ms
+			}
+		}
+		h.evs = append(h.evs, extra...)
+		return Input{Backend: "lock", Life: time.Second, Events: h.evs}
+	}
+	if r := Check(late(400)); r.Anomalies[aGrantLate] != 1 {
+		t.Errorf("a grant 400 ms past its deadline: %v, want one %s", r.Anomalies, aGrantLate)
+	}
+	for _, ms := range []int64{0, lateSlack.Milliseconds()} {
+		if r := Check(late(ms)); r.Anomalies[aGrantLate] != 0 {
+			t.Errorf("a grant %d ms past its deadline: %v, want none", ms, r.Anomalies)
+		}
+	}
+	// A 600 ms stall of the process ending at the return: the library
+	// checked the deadline before it.
+	stall := Event{Proc: "a", Op: opStall, Val: 600, Mono: 101 * 1e6}
+	if r := Check(late(400, stall)); r.Anomalies[aGrantLate] != 0 {
+		t.Errorf("a late grant after a stall: %v, want none", r.Anomalies)
+	}
+	if r := Check(late(-1)); r.Anomalies[aGrantLate] != 0 || r.Info[iGrantLost] != 1 {
+		t.Errorf("a grant returned lost: anomalies %v, %s %d, want none and 1", r.Anomalies, iGrantLost, r.Info[iGrantLost])
 	}
 }

@@ -648,7 +648,7 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 		// lock docs: "at once") is recorded before the acquisition.
 		a.outer.pollLost()
 	}
-	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner})
+	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner, Late: lateAtReturn(l)})
 	a.lease = l
 	a.key = key
 	a.done = make(chan struct{})
@@ -662,6 +662,23 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 		}
 	}()
 	return &recLease{Lease: l, a: a}, nil
+}
+
+// lateAtReturn is Event.Late for a lease Obtain has just returned.
+func lateAtReturn(l lock.Lease) int64 {
+	ls, ok := l.(lock.LeaseStatus)
+	if !ok {
+		return 0
+	}
+	now := time.Now()
+	u := ls.Until()
+	switch {
+	case u.IsZero():
+		return -1
+	case now.After(u):
+		return max(now.Sub(u).Milliseconds(), 1)
+	}
+	return 0
 }
 
 // recordLost records the loss once; a second call returns after the first

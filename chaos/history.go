@@ -29,7 +29,12 @@ type Event struct {
 	Token int64  `json:"tok,omitempty"`   // fencing token (acquired, write)
 	Owner string `json:"owner,omitempty"`
 	Res   string `json:"res,omitempty"` // result: ok, refused, notheld, timeout, error: …
-	Val   int64  `json:"v,omitempty"`   // counter value read or written
+	// Late (acquired): how many ms the lease's own deadline
+	// (lock.LeaseStatus.Until) was already behind when Obtain returned
+	// it, at least 1; -1: the lease was already reported lost (Until
+	// zero); 0: neither.
+	Late int64 `json:"late,omitempty"`
+	Val  int64 `json:"v,omitempty"` // counter value read or written
 	// The ids backend (ids.go): the part (zk, redis, seg), the process's
 	// lease number for it, the worker ID, a clock reading (Unix ns) and the
 	// clock's offset (ns).

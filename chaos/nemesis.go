@@ -89,8 +89,18 @@ const (
 	// go-redis sends each one again on a new connection (MaxRetries 3 by
 	// default). Every call of the Redis locks must be safe to resend
 	// (lock/doc.go): none may answer otherwise the second time. In the
-	// long profile (runConfig.replyLost); by -kinds in either.
-	fReplyLost       = "reply-lost"
+	// long profile (runConfig.replyFaults); by -kinds in either.
+	fReplyLost = "reply-lost"
+	// fReplyLate: a client's connections carry its requests to the
+	// servers but hold every reply for 1.4-2.6 TTL, then deliver them (under
+	// go-redis's 3 s read timeout, so nothing is resent): the servers
+	// granted what the client asked for, and the answer comes after the
+	// grant's TTL ran out there, while another client may hold what it
+	// granted. No acquisition may return a hold so answered (lock/doc.go:
+	// a grant is judged from when it was sent), and the holder's own
+	// renewals go unanswered, so its lease runs out on its own clock, not
+	// later than on the server's. Long profile, as fReplyLost.
+	fReplyLate       = "reply-late"
 	fServerPause     = "server-pause"      // SIGSTOP a server, then SIGCONT
 	fRestartKeep     = "restart-keep-data" // kill -9 a Redis after SAVE, restart with its data
 	fRestartNoData   = "restart-no-data"   // kill -9 a Redis, restart empty
@@ -101,6 +111,10 @@ const (
 	fZKNodeKill      = "zk-node-kill"      // kill -9 a ZooKeeper node, restart it
 	fClockStep       = "clock-step"        // ids: step a client's clock back or forward, then back to true
 )
+
+// replyLateMax bounds a reply-late fault under go-redis's default read
+// timeout (3 s), with room for a loaded host.
+const replyLateMax = 2600 * time.Millisecond
 
 // fLockDelete is lock-delete: the lock hashes of the hot keys are deleted
 // while held (deleteLocks), as an eviction, a manual DEL or ForceRelease
@@ -116,9 +130,9 @@ func faultKinds(backend string) []string {
 	common := []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause}
 	switch backend {
 	case "lock", "fair", "rw", "election":
-		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete, fReplyLost)
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete, fReplyLost, fReplyLate)
 	case "redlock":
-		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete, fReplyLost)
+		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete, fReplyLost, fReplyLate)
 	case "zk":
 		return append(common, fZKExpire, fZKNodeKill, fZKNotifyPart)
 	case "etcd":
@@ -127,7 +141,7 @@ func faultKinds(backend string) []string {
 		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
 			fZKExpire, fZKNodeKill}
 	case "sem":
-		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot)
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fReplyLate)
 	case "sql":
 		return append(common, fSQLRestart, fSQLRowLock)
 	case "sqlid":
@@ -145,8 +159,8 @@ func (c runConfig) faultKinds() []string {
 		return c.kinds
 	}
 	ks := faultKinds(c.backend)
-	if !c.replyLost {
-		ks = slices.DeleteFunc(ks, func(k string) bool { return k == fReplyLost })
+	if !c.replyFaults {
+		ks = slices.DeleteFunc(ks, replyFault)
 	}
 	return ks
 }
@@ -164,11 +178,15 @@ type step struct {
 	With bool
 }
 
+// replyFault reports whether kind loses or delays replies: the long
+// profile's (runConfig.replyFaults).
+func replyFault(kind string) bool { return kind == fReplyLost || kind == fReplyLate }
+
 // clientFault reports whether kind acts on one client process (the others
 // act on servers).
 func clientFault(kind string) bool {
 	switch kind {
-	case fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fReplyLost, fZKExpire, fZKNotifyPart, fClockStep:
+	case fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fReplyLost, fReplyLate, fZKExpire, fZKNotifyPart, fClockStep:
 		return true
 	}
 	return false
@@ -234,6 +252,10 @@ func plan(cfg runConfig) []step {
 			}
 		case fReplyLost:
 			s.Target, s.Dur = rnd.IntN(cfg.procs), span(300*time.Millisecond, 1500*time.Millisecond)
+		case fReplyLate:
+			// Past the TTL, and under go-redis's default read timeout (3 s),
+			// after which it would resend on a new connection.
+			s.Target, s.Dur = rnd.IntN(cfg.procs), min(span(life*7/5, life*13/5), replyLateMax)
 		case fZKExpire:
 			s.Target = rnd.IntN(cfg.procs)
 		case fZKNotifyPart:
@@ -443,6 +465,18 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 			sleepCtx(ctx, 35*time.Millisecond) // go-redis resends on new connections
 		}
 		f.Detail = fmt.Sprintf("%d cycles of replies held 15 ms then cut", cycles)
+	case fReplyLate:
+		sl := client()
+		_, _, f.Proc = sl.current()
+		f.Target = f.Proc
+		for _, p := range sl.proxies {
+			p.SetBlackholeToClient(true)
+		}
+		sleepCtx(ctx, s.Dur)
+		for _, p := range sl.proxies {
+			p.SetBlackholeToClient(false) // the held replies pass on
+		}
+		f.Detail = fmt.Sprintf("replies held %v, then delivered", s.Dur.Round(time.Millisecond))
 	case fZKExpire:
 		sl := client()
 		_, _, f.Proc = sl.current()

@@ -146,6 +146,12 @@ func (r *Report) infoNotes() []string {
 			"server unreachable); a nested level that got another token than its hold's is a %s anomaly.",
 			iReentryFail, n, aReentryToken))
 	}
+	if n := r.Info[iGrantLost]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: acquisitions that returned a lease already reported lost: the lock "+
+			"learned from the answer that a newer hold had replaced the one it answered about (a Redis restarted from an "+
+			"older snapshot, a deleted hold), and its section starts on a closed Lost; one returned whose own deadline "+
+			"had passed with its loss not reported is a %s anomaly.", iGrantLost, n, aGrantLate))
+	}
 	if n := r.Info[iLeasesLost]; n > 0 {
 		notes = append(notes, fmt.Sprintf("%s %d: worker-ID leases reported lost under the faults; their generators must "+
 			"stop, and a call begun after the loss is an %s anomaly.", iLeasesLost, n, aAfterLoss))

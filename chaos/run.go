@@ -36,11 +36,12 @@ type runConfig struct {
 	// contendToo: ids runs twice, in the normal mode and then in the
 	// contention mode (output in ids and ids-contend).
 	contendToo bool
-	// replyLost: the Redis lock backends' nemesis also loses replies
-	// (fReplyLost, nemesis.go): the long profile.
-	replyLost bool
-	reenter   float64 // the fraction of sections that re-enter their key (client.go)
-	long      float64 // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
+	// replyFaults: the Redis lock backends' nemesis also loses replies
+	// and holds them past the TTL (fReplyLost, fReplyLate, nemesis.go):
+	// the long profile.
+	replyFaults bool
+	reenter     float64 // the fraction of sections that re-enter their key (client.go)
+	long        float64 // the fraction of sections whose work lasts 2 × TTL unless the lease is lost (client.go)
 	// longKeys: each client process runs one more worker per long key
 	// (longKeyLives), whose sections work for twice the key's lease life
 	// unless the lease's loss ends them first (client.go, longLoop).
@@ -147,7 +148,7 @@ var profiles = map[string]runConfig{
 		durs: map[string]time.Duration{"lock": 105 * time.Second, "fair": 135 * time.Second, "rw": 45 * time.Second,
 			"redlock": 260 * time.Second, "zk": 265 * time.Second, "etcd": 150 * time.Second, "ids": 40 * time.Second,
 			"sem": 30 * time.Second, "sql": 45 * time.Second, "sqlid": 25 * time.Second, "bank": 60 * time.Second},
-		idRate: 40_000, reenter: 0.05, longKeys: true, contendToo: true, replyLost: true},
+		idRate: 40_000, reenter: 0.05, longKeys: true, contendToo: true, replyFaults: true},
 }
 
 // allBackends run in both profiles; longBackends only in the long one (by
