@@ -316,6 +316,7 @@ func Check(in Input) *Result {
 		return r
 	}
 	r.checkSQLPool(in)
+	r.checkSessionKills(in)
 	r.checkStaleWrites(in)
 	pairs := r.checkOverlaps(in)
 	r.checkLostUpdates(in, pairs)

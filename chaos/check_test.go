@@ -814,3 +814,38 @@ func TestLateGrant(t *testing.T) {
 		t.Errorf("a grant returned lost: anomalies %v, %s %d, want none and 1", r.Anomalies, iGrantLost, r.Info[iGrantLost])
 	}
 }
+
+// TestSessionKill: the hold whose session a sql-session-kill ended must be
+// told (Lost, or its release answering "not held"); a hold that released
+// before the kill, or acquired after the lookup, is not judged.
+func TestSessionKill(t *testing.T) {
+	kill := Fault{Kind: fSQLSessionKill, Target: "mariadb mys-k0", Start: 100e6, End: 103e6, Detail: "session 7, which held mys-k0, killed"}
+	run := func(relRes string, lost int64, sect [2]int64) *Result {
+		var h hist
+		h.section(sect[0], sect[1], "a", "mys-k0", "a/0/1", 100, 0, relRes)
+		if lost != 0 {
+			h.add(lost, "a", opLost, "mys-k0", "a/0/1", 100, "", 0)
+		}
+		return Check(Input{Backend: "sql", Life: time.Second, Events: h.evs, Faults: []Fault{kill}})
+	}
+	if r := run("error: invalid connection", 0, [2]int64{90, 110}); r.Anomalies[aSessionKillUnrep] != 1 {
+		t.Errorf("a killed session's release answered an error: %v, want one %s", r.Anomalies, aSessionKillUnrep)
+	}
+	if r := run("ok", 0, [2]int64{90, 110}); r.Anomalies[aSessionKillUnrep] != 1 {
+		t.Errorf("a killed session's release answered ok: %v, want one %s", r.Anomalies, aSessionKillUnrep)
+	}
+	for name, c := range map[string]struct {
+		res  string
+		lost int64
+		sect [2]int64
+	}{
+		"not held":             {"notheld", 0, [2]int64{90, 110}},
+		"lost before":          {"error: invalid connection", 105, [2]int64{90, 110}},
+		"released before kill": {"ok", 0, [2]int64{90, 101}},
+		"acquired after":       {"ok", 0, [2]int64{101, 110}},
+	} {
+		if r := run(c.res, c.lost, c.sect); r.Anomalies[aSessionKillUnrep] != 0 {
+			t.Errorf("%s: %v, want no %s", name, r.Anomalies, aSessionKillUnrep)
+		}
+	}
+}

@@ -143,7 +143,7 @@ func faultKinds(backend string) []string {
 	case "sem":
 		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fReplyLate)
 	case "sql":
-		return append(common, fSQLRestart, fSQLRowLock)
+		return append(common, fSQLRestart, fSQLRowLock, fSQLSessionKill)
 	case "sqlid":
 		return append(common, fSQLRestart, fSQLIDRollback)
 	case "bank":
@@ -286,7 +286,7 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(200*time.Millisecond, 1*time.Second)
 		case fSQLRestart:
 			s.Target = rnd.IntN(serverCount(cfg.backend))
-		case fSQLRowLock: // a server and one of its session keys
+		case fSQLRowLock, fSQLSessionKill: // a server and one of its session keys
 			s.Target, s.Dur = rnd.IntN(2*cfg.keys), span(1200*time.Millisecond, 2500*time.Millisecond)
 		case fSQLIDRollback:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(500*time.Millisecond, 2*time.Second)

@@ -60,6 +60,16 @@ const (
 	// behind a slower transaction ... an operator's DELETE in an open
 	// transaction").
 	fSQLRowLock = "sql-row-lock"
+	// fSQLSessionKill is sql-session-kill: an operator (or wait_timeout,
+	// a proxy, a failover) ends the session that holds a session lock:
+	// KILL CONNECTION of IS_USED_LOCK's connection on MariaDB,
+	// pg_terminate_backend of the advisory lock's backend on PostgreSQL,
+	// at a moment a holder has it (most sections last 10 ms, so its
+	// release comes next). The server frees the lock at once; sqllock's
+	// fencing row makes the next holder wait until the killed holder has
+	// been told (sqllock/doc.go, Unclean ends), and a release that finds
+	// the session ended answers lock.ErrNotHeld (checkSessionKills).
+	fSQLSessionKill = "sql-session-kill"
 )
 
 // opPoolHeld is a session-lock connection found idle in its pool while
@@ -454,8 +464,86 @@ func (e *env) applySQL(ctx context.Context, s step, f *Fault) (bool, error) {
 		var err error
 		f.Detail, err = rollbackSQLID(ctx, db, s.Target%2 == 0, s.Dur)
 		return true, err
+	case fSQLSessionKill:
+		v := "mys"
+		if s.Target%2 == 1 {
+			v = "pgs"
+		}
+		var keys []string // the drawn key first
+		for i := range sqlKeys(e.cfg.keys) {
+			keys = append(keys, fmt.Sprintf("%s-k%d", v, (s.Target/2+i)%sqlKeys(e.cfg.keys)))
+		}
+		key, detail, start, err := killLockSession(ctx, db, v == "mys", keys, 3*time.Second, func() map[string]bool { return e.sectionKeys(v, 5*time.Millisecond) })
+		f.Target, f.Detail = name+" "+key, detail
+		if start != 0 {
+			f.Start = start // the lookup: the session held the key from then to End
+		}
+		return true, err
 	}
 	return false, nil
+}
+
+// killLockSession is sql-session-kill on one of keys (the variant's): it
+// looks for the session holding each in turn, every few ms for up to d,
+// and kills the first it finds. It returns the key, a detail and when the
+// successful lookup began (CLOCK_MONOTONIC), 0 if none was held. It
+// looks only at the keys inSection returns (held by a client in a section
+// that began a moment ago), so that the killed session's holder releases
+// next, most often before its watchdog's check: a session that holds a
+// lock while its Obtain waits for the fencing row tells nothing about a
+// release.
+func killLockSession(ctx context.Context, db *sql.DB, mysql bool, keys []string, d time.Duration, inSection func() map[string]bool) (string, string, int64, error) {
+	// One connection for the lookups and the kill: the orchestrator's
+	// pools keep none idle, and a new PostgreSQL backend per statement
+	// took 25 ms, past most sections' 10 ms.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return keys[0], "", 0, err
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		held := inSection()
+		for _, key := range keys {
+			if !held[key] {
+				continue
+			}
+			name := sqllock.DefaultPrefix + key
+			start := monoNow()
+			var id sql.NullInt64
+			if mysql {
+				err = conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", name).Scan(&id)
+				if err == nil && id.Valid {
+					_, err = conn.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id.Int64))
+				}
+			} else {
+				// The lookup and the kill in one statement: the session
+				// killed is the one holding the lock as it ran.
+				k := uint64(pgAdvisoryKey(name))
+				// (The LIMIT keeps the subquery from being flattened,
+				// so that pg_terminate_backend runs on its row only.)
+				var ok bool
+				err = conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT pid, pg_terminate_backend(pid) FROM (SELECT pid FROM pg_locks
+  WHERE locktype = 'advisory' AND granted AND classid::bigint = %d AND objid::bigint = %d AND objsubid = 1 LIMIT 1) l`,
+					int64(k>>32), int64(k&0xffffffff))).Scan(&id, &ok)
+				if err == nil && !ok {
+					err = fmt.Errorf("pg_terminate_backend(%d): false", id.Int64)
+				}
+				if errors.Is(err, sql.ErrNoRows) {
+					err = nil
+				}
+			}
+			if err != nil {
+				return key, "", 0, err
+			}
+			if !id.Valid {
+				continue
+			}
+			return key, fmt.Sprintf("session %d, which held %s, killed", id.Int64, key), start, nil
+		}
+		sleepCtx(ctx, time.Millisecond)
+	}
+	return keys[0], fmt.Sprintf("none of %s held in a section within %v", strings.Join(keys, ", "), d), 0, nil
 }
 
 // lockFenceRow is sql-row-lock on one of the locks called names: take
@@ -538,6 +626,38 @@ func (r *Result) checkSQLPool(in Input) {
 	}
 }
 
+// aSessionKillUnrep: a hold whose session was killed while it held the
+// lock (sql-session-kill) answered its release other than "not held",
+// without Lost closed first: sqllock/doc.go promises lock.ErrNotHeld with
+// ErrSessionLost, so that the caller learns that part of its section may
+// have run without the lock.
+const aSessionKillUnrep = "session-kill-unreported"
+
+// checkSessionKills: for each sql-session-kill, the hold of its key that
+// held from before the lookup found the session until after the kill
+// (acquired by Start, its release invoked after End: no other session
+// held the key meanwhile, so the killed session was its) must have been
+// told: Lost, or its release answering "not held". A hold whose process
+// ended before it answered its release is not judged.
+func (r *Result) checkSessionKills(in Input) {
+	for _, f := range in.Faults {
+		if f.Kind != fSQLSessionKill || f.Err != "" || !strings.Contains(f.Detail, "killed") {
+			continue
+		}
+		_, key, _ := strings.Cut(f.Target, " ")
+		for _, h := range r.byKey[key] {
+			if h.Acquired == 0 || h.Acquired > f.Start || h.Release != 0 && h.Release < f.End || h.Release == 0 && h.Lost == 0 {
+				continue
+			}
+			told := h.Lost != 0 && (h.Release == 0 || h.Lost <= h.Released) || h.RelRes == "notheld"
+			if !told && h.Released != 0 {
+				r.violate(aSessionKillUnrep, key, fmt.Sprintf("%s held %s when its session was killed (%s), and its release answered %q with Lost open",
+					h.ID, key, f.Detail, h.RelRes), h)
+			}
+		}
+	}
+}
+
 // backendLong is the fraction of long sections (-long) of a backend when
 // the flag does not set one: the sql backend's lease-table holders lose
 // their rows only while they hold past a renewal that failed, which a
@@ -545,6 +665,46 @@ func (r *Result) checkSQLPool(in Input) {
 // most workers run short sections and queue up behind a long one (a row
 // taken too early needs a waiter).
 var backendLong = map[string]float64{"sql": 0.03}
+
+// sectionKeys returns the keys of variant v that a client process holds
+// in a section it entered at most within ago, by the tails of their
+// histories.
+func (e *env) sectionKeys(v string, within time.Duration) map[string]bool {
+	keys := map[string]bool{}
+	buf := make([]byte, 4096)
+	now := monoNow()
+	for _, sl := range e.slots {
+		_, _, proc := sl.current()
+		f, err := os.Open(filepath.Join(e.dir, "hist-"+proc+".jsonl"))
+		if err != nil {
+			continue
+		}
+		var n int
+		if st, err := f.Stat(); err == nil {
+			n, _ = f.ReadAt(buf, max(st.Size()-int64(len(buf)), 0))
+		}
+		f.Close()
+		open := map[string]Event{}
+		for _, line := range bytes.Split(buf[:n], []byte("\n")) {
+			var ev Event
+			if json.Unmarshal(line, &ev) != nil || ev.Hold == "" || !strings.HasPrefix(ev.Key, v+"-") {
+				continue
+			}
+			switch ev.Op {
+			case opAcquired:
+				open[ev.Hold] = ev
+			case opRelease, opLost:
+				delete(open, ev.Hold)
+			}
+		}
+		for _, ev := range open {
+			if now-ev.Mono <= within.Nanoseconds() {
+				keys[ev.Key] = true
+			}
+		}
+	}
+	return keys
+}
 
 // waitLeaseHeld polls the tail of proc's history until one of its holds of
 // a lease-table key (myl-*, pgl-*) has been held for from minAge to maxAge,
