@@ -29,13 +29,24 @@ var errRestart = errors.New("etcdlock: hold key gone with its lease")
 // attempt has left no key behind (see the package documentation for the
 // one exception).
 func (c *Client) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
-	return c.obtain(ctx, key, opts, true)
+	return c.observed(key, func() (lock.Lease, error) { return c.obtain(ctx, key, opts, true) })
 }
 
 // TryObtain is Obtain without waiting: lock.ErrNotObtained if another owner
 // holds key, or this Client's other owner holds or waits for it.
 func (c *Client) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
-	return c.obtain(ctx, key, opts, false)
+	return c.observed(key, func() (lock.Lease, error) { return c.obtain(ctx, key, opts, false) })
+}
+
+// observed runs an acquisition of key and reports it to the Waited hook.
+func (c *Client) observed(key string, f func() (lock.Lease, error)) (lock.Lease, error) {
+	if c.obs.Metrics == nil {
+		return f()
+	}
+	begin := c.now()
+	l, err := f()
+	c.obs.Waited(key, c.now().Sub(begin), err)
+	return l, err
 }
 
 func validKey(key string) error {
@@ -99,6 +110,7 @@ func (c *Client) obtain(ctx context.Context, key string, opts []lock.Option, blo
 		}
 		h.inSlot = true
 		h.count = 1
+		h.since = c.now()
 		h.gen.holds[h] = struct{}{}
 		if hasOwner && c.owned[hk] == nil {
 			h.hk, h.owned = hk, true

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -35,6 +36,7 @@ type Client struct {
 	prefix string
 	ttl    time.Duration // the lease TTL asked for, whole seconds
 	log    *slog.Logger
+	obs    observe.Lock // the metrics hooks (WithMetrics); it logs nothing: log does
 	now    func() time.Time
 
 	// life is the lifetime of the background goroutines (keepers,
@@ -62,6 +64,9 @@ type generation struct {
 	until time.Time          // the lease is known to be alive until then
 	why   error              // set before dead is closed
 	holds map[*hold]struct{} // the live holds on this lease
+	// lost: the holds the lease took with it, for keep to report to the
+	// metrics hooks once it ends.
+	lost []*hold
 }
 
 // window is how long after the send of an answered keep-alive (or of the
@@ -118,6 +123,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		prefix:   o.prefix,
 		ttl:      (o.ttl + time.Second - 1) / time.Second * time.Second, // rounded up
 		log:      o.logger,
+		obs:      observe.Lock{Metrics: o.metrics, KeyFn: o.metricsKey},
 		now:      time.Now,
 		life:     life,
 		stop:     stop,
@@ -236,6 +242,7 @@ func (c *Client) liveGen() (*generation, error) {
 // the server hears of it.
 func (c *Client) keep(g *generation) {
 	defer c.wg.Done()
+	defer c.reportLost(g)
 	t := time.NewTimer(g.beat())
 	defer t.Stop()
 	next := c.now().Add(g.beat())
@@ -265,6 +272,7 @@ func (c *Client) keep(g *generation) {
 		kctx, cancel := context.WithDeadline(c.life, until)
 		resp, err := c.cli.KeepAliveOnce(kctx, g.id)
 		cancel()
+		c.reportRenewed(g, err)
 		next = sent.Add(g.beat())
 		switch {
 		case err == nil:
@@ -302,6 +310,41 @@ func (c *Client) keep(g *generation) {
 	cancel()
 }
 
+// reportRenewed reports a keep-alive of g to the metrics hooks, once for
+// each live hold on it.
+func (c *Client) reportRenewed(g *generation, err error) {
+	if c.obs.Metrics == nil {
+		return
+	}
+	c.mu.Lock()
+	hs := make([]*hold, 0, len(g.holds))
+	for h := range g.holds {
+		hs = append(hs, h)
+	}
+	c.mu.Unlock()
+	for _, h := range hs {
+		c.obs.Renewed(h.key, h.hk.owner, h.token, err)
+	}
+}
+
+// reportLost reports the holds g took with it to the metrics hooks: Lost,
+// then Held. keep calls it as it ends, which it does once g is lost (or
+// the Client closed, which loses g first).
+func (c *Client) reportLost(g *generation) {
+	if c.obs.Metrics == nil {
+		return
+	}
+	c.mu.Lock()
+	hs, why := g.lost, g.why
+	g.lost = nil
+	c.mu.Unlock()
+	now := c.now()
+	for _, h := range hs {
+		c.obs.Lost(h.key, h.hk.owner, h.token, fmt.Errorf("%w: %w", lock.ErrLockLost, why))
+		c.obs.Held(h.key, now.Sub(h.since))
+	}
+}
+
 // lostOrClosed reports whether g is lost (or the Client closed).
 func (c *Client) lostOrClosed(g *generation) bool {
 	c.mu.Lock()
@@ -327,6 +370,9 @@ func (c *Client) killLocked(g *generation, why error) {
 		c.gen = nil
 	}
 	for h := range g.holds {
+		if c.obs.Metrics != nil {
+			g.lost = append(g.lost, h)
+		}
 		c.loseLocked(h, why)
 	}
 	if !errors.Is(why, ErrClosed) {

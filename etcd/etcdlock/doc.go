@@ -21,7 +21,9 @@
 //	})
 //
 // The options: WithTTL (the lease's TTL T, default DefaultTTL, 10 s),
-// WithPrefix (the keys' prefix, DefaultPrefix) and WithLogger. This package
+// WithPrefix (the keys' prefix, DefaultPrefix), WithLogger, and WithMetrics
+// (lock.Metrics, as on every coordkit lock: waits, holds, keep-alives per
+// hold, losses with their cause, releases) with WithMetricsKey. This package
 // is the module github.com/coordkit/coordkit/etcd, of its own, so that
 // etcd's client (gRPC, protobuf) stays out of the module graph of users of
 // the other backends. It runs on etcd 3.4 and later: it uses transactions,

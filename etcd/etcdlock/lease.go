@@ -19,8 +19,9 @@ type hold struct {
 	token int64  // its create revision
 	gen   *generation
 	lost  chan struct{}
-	hk    ownedKey // set before the hold is registered, then read-only
-	owned bool     // hk is in Client.owned
+	hk    ownedKey  // set before the hold is registered, then read-only
+	owned bool      // hk is in Client.owned
+	since time.Time // when it was registered (granted), then read-only: for the Held hook
 
 	// Protected by Client.mu.
 	count  int  // the levels held (both sides, for a writer's hold)
@@ -90,6 +91,12 @@ func (l *Lease) Until() time.Time {
 // fails, Release returns the error and keeps deleting in the background
 // until it succeeds, the lease ends, or the Client is closed.
 func (l *Lease) Release(ctx context.Context) error {
+	err := l.release(ctx)
+	l.c.obs.Released(l.h.key, err)
+	return err
+}
+
+func (l *Lease) release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return lock.ErrNotHeld
 	}
@@ -115,6 +122,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	c.dropLocked(h)
 	c.mu.Unlock()
+	c.obs.Held(h.key, c.now().Sub(h.since))
 	err := c.deleteHold(ctx, h.path, h.token)
 	c.mu.Lock()
 	if h.inSlot {

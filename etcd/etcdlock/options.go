@@ -3,6 +3,8 @@ package etcdlock
 import (
 	"log/slog"
 	"time"
+
+	"github.com/coordkit/coordkit/lock"
 )
 
 // DefaultPrefix is the etcd key prefix under which every lock's keys live
@@ -26,9 +28,11 @@ const MaxKeyLen = 1024
 type Option func(*options)
 
 type options struct {
-	prefix string
-	ttl    time.Duration
-	logger *slog.Logger
+	prefix     string
+	ttl        time.Duration
+	logger     *slog.Logger
+	metrics    lock.Metrics
+	metricsKey func(key string) string
 }
 
 func defaultOptions() options {
@@ -55,3 +59,21 @@ func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 // path. Default: slog.Default() at New; a logger with slog.DiscardHandler
 // logs nothing.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithMetrics sets the hooks that observe the Client's locks (lock.Metrics;
+// contrib/coordprom and contrib/coordotel implement it), as on every
+// coordkit lock: Waited for each Obtain or TryObtain (both sides of the
+// read-write lock too), Held when a hold ends (its outermost Release, or
+// its loss), Renewed for each hold after each keep-alive of the Client's
+// lease (one keep-alive renews them all), Lost for each hold the lease took
+// with it (reported by the lease's keeper goroutine, after Lost is
+// closed), Released for each Release. Hooks run on the caller's or the
+// keeper's goroutine and must not block. Default: none.
+func WithMetrics(m lock.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithMetricsKey sets the label the metrics hooks get for a lock's key
+// (keys are unbounded: a user ID in a key would make a label per user).
+// Default: the empty label.
+func WithMetricsKey(fn func(key string) string) Option {
+	return func(o *options) { o.metricsKey = fn }
+}

@@ -32,13 +32,13 @@ type rwSide struct {
 // ctx's owner holds the read side on this Client. An owner holding the
 // write side takes the read side at once (see the package documentation).
 func (s rwSide) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
-	return s.c.obtainRW(ctx, key, opts, s.write, true)
+	return s.c.observed(key, func() (lock.Lease, error) { return s.c.obtainRW(ctx, key, opts, s.write, true) })
 }
 
 // TryObtain is Obtain without waiting: lock.ErrNotObtained if a writer (or,
 // for the write side, anyone) holds key or queued before.
 func (s rwSide) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
-	return s.c.obtainRW(ctx, key, opts, s.write, false)
+	return s.c.observed(key, func() (lock.Lease, error) { return s.c.obtainRW(ctx, key, opts, s.write, false) })
 }
 
 // rwQueue returns where a hold key of key's read-write lock goes: readers
@@ -128,6 +128,7 @@ func (c *Client) obtainRW(ctx context.Context, key string, opts []lock.Option, w
 			return nil, err
 		}
 		h.count = 1
+		h.since = c.now()
 		if write {
 			h.writes = 1
 		}
