@@ -23,6 +23,9 @@ import (
 var server *testserver.Etcd
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(pauseHolderEnv); spec != "" {
+		os.Exit(pauseHolder(spec)) // this process is TestPausedHolderIssuesNothing's holder
+	}
 	e, err := testserver.NewEtcd()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcdworker tests:", err)
