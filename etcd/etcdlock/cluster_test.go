@@ -131,3 +131,96 @@ func TestClusterMajorityDown(t *testing.T) {
 	}
 	release(t, l2)
 }
+
+// TestClusterMemberRemoved: a member of a 3-member cluster is removed
+// (etcdctl member remove) while a lease is held and another Client waits.
+// When the holder's client knows every member, the removal of the leader
+// is an election: the lease survives it or is reported lost before the
+// waiter holds. When the holder's client knows only the removed member, it
+// can renew nothing more: Lost closes within the lease's window, with
+// ErrLeaseLost, before the waiter (which knows the others) holds, and the
+// waiter's token is larger.
+func TestClusterMemberRemoved(t *testing.T) {
+	t.Parallel() // it mostly waits on timers
+	for _, tc := range []struct {
+		name     string
+		onlyGone bool // the holder's client knows only the removed member
+	}{{"holder knows every member, leader removed", false}, {"holder knows only the removed member", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := testserver.StartEtcdCluster(t, 3)
+			cli := dial(t, e.Endpoints()...)
+			gone := leader(t, e, cli)
+			if tc.onlyGone {
+				gone = (gone + 1) % 3 // a follower
+			}
+			holderEPs := e.Endpoints()
+			if tc.onlyGone {
+				holderEPs = []string{e.Nodes()[gone].Addr()}
+			}
+			var rest []string
+			for i, n := range e.Nodes() {
+				if i != gone {
+					rest = append(rest, n.Addr())
+				}
+			}
+			holder, next := newClient(t, dial(t, holderEPs...)), newClient(t, dial(t, rest...))
+			ctx := ctxFor(t, 40*time.Second)
+			l := obtain(t, holder, ctx, "removed")
+			lost := lostAt(t, l)
+			ch := obtainAfter(ctx, next, "removed", l)
+			removing := time.Now()
+			if err := e.RemoveMember(gone); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("member %d removed in %v", gone, time.Since(removing).Round(time.Millisecond))
+			if tc.onlyGone {
+				wantLost(t, l, lossBound+10*time.Second, etcdlock.ErrLeaseLost)
+				r := await(t, ch, 2*ttl)
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if !r.prevLost {
+					t.Fatal("the waiter holds while the holder's lease is not reported lost")
+				}
+				t.Logf("holder lost its lease %v after the removal began, the waiter held %v after it",
+					(<-lost).Sub(removing).Round(time.Millisecond), r.at.Sub(removing).Round(time.Millisecond))
+				if r.lease.Token() <= l.Token() {
+					t.Fatalf("token after the removal %d, not above %d", r.lease.Token(), l.Token())
+				}
+				release(t, r.lease)
+				return
+			}
+			select {
+			case r := <-ch:
+				if !r.prevLost {
+					t.Fatalf("a waiter holds (%v) while the holder's lease is not reported lost", r.err)
+				}
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				t.Logf("holder lost its lease in the removal; the waiter held %v after it began", r.at.Sub(removing).Round(time.Millisecond))
+				release(t, r.lease)
+			case <-time.After(2 * ttl):
+				if closed(l.Lost()) {
+					t.Logf("holder lost its lease in the removal")
+				} else {
+					t.Logf("the lease survived the removal of the leader")
+				}
+				if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+					t.Fatal(err)
+				}
+				r := await(t, ch, 2*ttl)
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if r.lease.Token() <= l.Token() {
+					t.Fatalf("token after the removal %d, not above %d", r.lease.Token(), l.Token())
+				}
+				release(t, r.lease)
+			}
+			l2 := obtain(t, holder, ctx, "removed") // the holder's client goes on with the other two
+			release(t, l2)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -299,6 +300,97 @@ func (e *Etcd) WaitHealthy(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// RemoveMember removes member i from the cluster, as `etcdctl member
+// remove` does (through another running member's gRPC gateway: POST
+// /v3/cluster/member/remove), and waits until its process has exited: etcd
+// stops a member once it applies its own removal (after 10 s it is
+// killed). The others go on as a cluster of one member fewer, whose
+// quorum is a majority of the rest. The removed member's address stays in
+// Endpoints (a client configured with it finds nothing there, as after a
+// real removal) and its directory until Close; it cannot be started
+// again.
+func (e *Etcd) RemoveMember(i int) error {
+	if i < 0 || i >= len(e.nodes) {
+		return fmt.Errorf("testserver: etcd member %d of %d", i, len(e.nodes))
+	}
+	n := e.nodes[i]
+	var via *EtcdNode
+	for _, o := range e.nodes {
+		if o != n && o.Running() {
+			via = o
+			break
+		}
+	}
+	if via == nil {
+		return fmt.Errorf("testserver: remove %s: no other member running", n.name)
+	}
+	var list struct {
+		Members []struct {
+			ID   string // a uint64, as the gateway writes it
+			Name string
+		}
+	}
+	if err := etcdGateway(via.Addr(), "cluster/member/list", struct{}{}, &list); err != nil {
+		return fmt.Errorf("testserver: remove %s: member list: %w", n.name, err)
+	}
+	id := ""
+	for _, m := range list.Members {
+		if m.Name == n.name {
+			id = m.ID
+		}
+	}
+	if id == "" {
+		return fmt.Errorf("testserver: remove %s: not a member (%+v)", n.name, list.Members)
+	}
+	uid, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return fmt.Errorf("testserver: remove %s: member ID %q: %w", n.name, id, err)
+	}
+	// etcd refuses ("unhealthy cluster") while the members that stay have
+	// not all been connected to each other for 5 s (its strict
+	// reconfiguration check): a cluster just started, or a member just
+	// back.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var out map[string]any
+		err := etcdGateway(via.Addr(), "cluster/member/remove", map[string]uint64{"ID": uid}, &out)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
+			return fmt.Errorf("testserver: remove %s: %w", n.name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(10 * time.Second); n.Running() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	n.Kill() // if it has not stopped by itself
+	return nil
+}
+
+// etcdGateway posts in (as JSON) to a member's gRPC gateway, /v3/<path>,
+// and decodes the answer into out.
+func etcdGateway(addr, path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Post("http://"+addr+"/v3/"+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/v3/%s: %s: %s", path, resp.Status, bytes.TrimSpace(body))
+	}
+	return json.Unmarshal(body, out)
 }
 
 // Close kills every member and removes its directory. It is idempotent.

@@ -117,3 +117,36 @@ func TestEtcdCluster(t *testing.T) {
 		t.Fatalf("read on the restarted member: %q, %v; want v2", v, err)
 	}
 }
+
+// TestEtcdRemoveMember: a member removed from a 3-member cluster stops; the
+// other two serve writes and reads as a cluster of two, and a second
+// removal of the same member is refused.
+func TestEtcdRemoveMember(t *testing.T) {
+	e := testserver.StartEtcdCluster(t, 3)
+	ns := e.Nodes()
+	if err := etcdPut(ns[0].Addr(), "k", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.RemoveMember(0); err != nil {
+		t.Fatal(err)
+	}
+	if ns[0].Running() {
+		t.Fatal("the removed member still runs")
+	}
+	if err := e.WaitHealthy(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdPut(ns[1].Addr(), "k", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := etcdGet(ns[2].Addr(), "k"); err != nil || v != "v2" {
+		t.Fatalf("read on the other member: %q, %v; want v2", v, err)
+	}
+	var list struct{ Members []struct{ Name string } }
+	if err := etcdCall(ns[1].Addr(), "cluster/member/list", map[string]string{}, &list); err != nil || len(list.Members) != 2 {
+		t.Fatalf("members after the removal: %+v, %v; want 2", list.Members, err)
+	}
+	if err := e.RemoveMember(0); err == nil {
+		t.Fatal("a second removal of the same member: nil error")
+	}
+}
