@@ -44,6 +44,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "etcdworker" { // a process of the etcd suite
+		if err := etcdWorker(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "etcdworker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "txnworker" { // a process of the txn suite
 		if err := txnWorker(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "txnworker:", err)
