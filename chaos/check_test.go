@@ -849,3 +849,30 @@ func TestSessionKill(t *testing.T) {
 		}
 	}
 }
+
+// TestLostRecordedLate: a holder cut off (proxy-blackhole, which the lock
+// doc does not let free a key under its holder) whose Lost closed at its
+// deadline, just before another process acquired, but whose loss the
+// client recorded 11 ms later (its goroutine waited for a core): no
+// overlap, since the loss event carries the deadline the holder last
+// read. Without that deadline, or with a loss recorded more than lostLag
+// after it, the overlap stands.
+func TestLostRecordedLate(t *testing.T) {
+	run := func(until, lost int64) *Result {
+		var h hist
+		h.section(0, 1682, "a", "k0", "a/0/1", 100, 0, "notheld")
+		h.waiting(5, 669, 1170, "b", "k0", "b/0/1", 101, 1)
+		h.evs = append(h.evs, Event{Proc: "a", Op: opLost, Key: "k0", Hold: "a/0/1", Token: 100, Mono: lost * 1e6, Until: until * 1e6})
+		return Check(Input{Backend: "lock", Life: time.Second, Events: h.evs,
+			Faults: []Fault{{Kind: fProxyBlackhole, Proc: "a", Target: "a", Start: 320e6, End: 2219e6}}})
+	}
+	if r := run(668, 680); r.Anomalies[aOverlapUndoc]+r.Anomalies[aOverlapUnrep] != 0 {
+		t.Errorf("a loss recorded 12 ms after the deadline read before another's acquisition: %v, want no overlap", r.Anomalies)
+	}
+	if r := run(0, 680); r.Anomalies[aOverlapUndoc]+r.Anomalies[aOverlapUnrep] != 1 {
+		t.Errorf("a loss recorded after another's acquisition, no deadline read: %v, want one overlap", r.Anomalies)
+	}
+	if r := run(400, 680); r.Anomalies[aOverlapUndoc]+r.Anomalies[aOverlapUnrep] != 1 {
+		t.Errorf("a loss recorded 280 ms after the deadline read: %v, want one overlap", r.Anomalies)
+	}
+}

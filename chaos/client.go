@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -560,6 +561,7 @@ func (w *worker) checkOverdue(a *attempt) {
 		return
 	}
 	u := l.Until()
+	a.noteUntil(u)
 	if u.IsZero() || time.Since(u) < overdueSlack {
 		return
 	}
@@ -621,6 +623,11 @@ type attempt struct {
 
 	lostMu   sync.Mutex // protects lostSeen; held while the loss is recorded
 	lostSeen bool
+	// until is the lease's own deadline (LeaseStatus.Until, as
+	// CLOCK_MONOTONIC ns) when last read: at the acquisition, and every
+	// 100 ms of a section's work (checkOverdue). The loss's event carries
+	// it (Event.Until).
+	until atomic.Int64
 }
 
 func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
@@ -648,7 +655,7 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 		// lock docs: "at once") is recorded before the acquisition.
 		a.outer.pollLost()
 	}
-	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner, Late: lateAtReturn(l)})
+	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner, Late: a.lateAtReturn(l)})
 	a.lease = l
 	a.key = key
 	a.done = make(chan struct{})
@@ -665,13 +672,14 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 }
 
 // lateAtReturn is Event.Late for a lease Obtain has just returned.
-func lateAtReturn(l lock.Lease) int64 {
+func (a *attempt) lateAtReturn(l lock.Lease) int64 {
 	ls, ok := l.(lock.LeaseStatus)
 	if !ok {
 		return 0
 	}
 	now := time.Now()
 	u := ls.Until()
+	a.noteUntil(u)
 	switch {
 	case u.IsZero():
 		return -1
@@ -681,6 +689,13 @@ func lateAtReturn(l lock.Lease) int64 {
 	return 0
 }
 
+// noteUntil keeps u, a reading of the lease's Until, as a.until.
+func (a *attempt) noteUntil(u time.Time) {
+	if !u.IsZero() {
+		a.until.Store(monoNow() + int64(time.Until(u)))
+	}
+}
+
 // recordLost records the loss once; a second call returns after the first
 // has recorded it.
 func (a *attempt) recordLost() {
@@ -688,7 +703,7 @@ func (a *attempt) recordLost() {
 	defer a.lostMu.Unlock()
 	if !a.lostSeen {
 		a.lostSeen = true
-		a.rec.Record(Event{G: a.g, Op: opLost, Key: a.key, Hold: a.hold, Token: a.lease.Token()})
+		a.rec.Record(Event{G: a.g, Op: opLost, Key: a.key, Hold: a.hold, Token: a.lease.Token(), Until: a.until.Load()})
 	}
 }
 

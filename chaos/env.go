@@ -398,6 +398,9 @@ type Resource struct {
 	// Lines (zk only) lists each key's lock nodes when the clients were
 	// told to stop (zkstate.go): a stuck key's report names them.
 	Lines map[string][]LockNode `json:"lines,omitempty"`
+	// NoExpiry (lock, fair) lists the lock hashes the expiry audit saw
+	// without an expiry (audit.go).
+	NoExpiry []NoExpiry `json:"no_expiry,omitempty"`
 }
 
 // AcceptedWrite is one fenced write the resource accepted.

@@ -34,7 +34,11 @@ type Event struct {
 	// it, at least 1; -1: the lease was already reported lost (Until
 	// zero); 0: neither.
 	Late int64 `json:"late,omitempty"`
-	Val  int64 `json:"v,omitempty"` // counter value read or written
+	// Until (lost): the lease's own deadline as the holder last read it
+	// (CLOCK_MONOTONIC ns; 0 if never read), at its acquisition or in its
+	// section's work.
+	Until int64 `json:"until,omitempty"`
+	Val   int64 `json:"v,omitempty"` // counter value read or written
 	// The ids backend (ids.go): the part (zk, redis, seg), the process's
 	// lease number for it, the worker ID, a clock reading (Unix ns) and the
 	// clock's offset (ns).

@@ -371,6 +371,11 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 				return err
 			}
 		}
+		stopAudit := func() []NoExpiry { return nil }
+		if auditable(cfg.backend) {
+			stopAudit = startAudit(e.redis[0].Addr(), append(backendKeys(cfg.backend, cfg.keys), sortedKeys(cfg.keyLives())...))
+			defer stopAudit() // on an early return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
@@ -396,6 +401,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		meta.HealedAt = monoNow()
 		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
 		meta.StopAt = monoNow()
+		noExpiry := stopAudit()
 		var lines map[string][]LockNode
 		var linesErr error
 		if cfg.backend == "zk" { // before the clients' sessions end with them
@@ -420,7 +426,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		if err != nil {
 			return err
 		}
-		res.Lines = lines
+		res.Lines, res.NoExpiry = lines, noExpiry
 		return writeJSON(filepath.Join(dir, "resource.json"), res)
 	}(); err != nil {
 		return nil, err
