@@ -14,15 +14,12 @@ package main
 // members' /metrics) during the timed phase.
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,35 +166,7 @@ func etcdWorker(args []string) error {
 			return err
 		}
 	}
-	fmt.Println("ready")
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return err
-	}
-	var ms0, ms1 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
-	cpu0 := selfCPU()
-	var res procResult
-	if *key == "" {
-		begin := time.Now()
-		n, err := lkParallel(*dur, *g, func(ctx context.Context, i int) error {
-			unlock, err := l.lock(ctx, keys[i])
-			if err != nil {
-				return err
-			}
-			return unlock(ctx)
-		})
-		if err != nil {
-			return err
-		}
-		res.Secs = time.Since(begin).Seconds()
-		res.Pairs = int64(n)
-	} else if res, err = procHot(ctx, lkFunc(l.lock), *key, *g, *dur); err != nil {
-		return err
-	}
-	res.CPUUS = (selfCPU() - cpu0).Seconds() * 1e6 / float64(max(res.Pairs, 1))
-	runtime.ReadMemStats(&ms1)
-	res.Mallocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(max(res.Pairs, 1))
-	return json.NewEncoder(os.Stdout).Encode(res)
+	return runTimedPhase(ctx, lkFunc(l.lock), keys, *key, *g, *dur)
 }
 
 // etcdRequests sums, over the members, the client requests they have

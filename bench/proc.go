@@ -111,6 +111,14 @@ func lockWorker(args []string) error {
 			return err
 		}
 	}
+	return runTimedPhase(ctx, l, keys, *key, *g, *dur)
+}
+
+// runTimedPhase is a worker's timed phase, after its warm-up: it prints
+// "ready", waits for a line on stdin, runs for dur (g goroutines, each
+// locking keys[i], or all of them key when it is set) and prints its
+// procResult.
+func runTimedPhase(ctx context.Context, l lkLocker, keys []string, key string, g int, dur time.Duration) error {
 	fmt.Println("ready")
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
@@ -119,9 +127,9 @@ func lockWorker(args []string) error {
 	runtime.ReadMemStats(&ms0)
 	cpu0 := selfCPU()
 	var res procResult
-	if *key == "" {
+	if key == "" {
 		begin := time.Now()
-		n, err := lkParallel(*dur, *g, func(ctx context.Context, i int) error {
+		n, err := lkParallel(dur, g, func(ctx context.Context, i int) error {
 			unlock, err := l.lock(ctx, keys[i])
 			if err != nil {
 				return err
@@ -135,7 +143,7 @@ func lockWorker(args []string) error {
 		res.Pairs = int64(n)
 	} else {
 		var err error
-		if res, err = procHot(ctx, l, *key, *g, *dur); err != nil {
+		if res, err = procHot(ctx, l, key, g, dur); err != nil {
 			return err
 		}
 	}
