@@ -230,39 +230,18 @@ func runEtcdWorkers(e *testserver.Etcd, n int, lib string, args ...string) (proc
 	if err != nil {
 		return procRun{}, err
 	}
-	for _, w := range ws {
-		if err := w.start(); err != nil {
-			return procRun{}, err
-		}
-	}
-	var r procRun
-	var pairs int64
-	var secs, mallocs, clientUS float64
-	for _, w := range ws {
-		res, err := w.result()
-		if err != nil {
-			return procRun{}, err
-		}
-		pairs += res.Pairs
-		secs = max(secs, res.Secs)
-		mallocs += res.Mallocs * float64(res.Pairs)
-		clientUS += res.CPUUS * float64(res.Pairs)
-		r.failed += float64(res.Failed)
-		r.waitsUS = append(r.waitsUS, res.WaitsUS...)
-		r.counts = append(r.counts, res.Pairs)
-		r.holds = append(r.holds, res.Holds)
+	r, pairs, err := startAndGather(ws)
+	if err != nil {
+		return procRun{}, err
 	}
 	req1, err := etcdRequests(e)
 	if err != nil {
 		return procRun{}, err
 	}
 	p := float64(max(pairs, 1))
-	r.perSec = float64(pairs) / secs
 	// The workers' closing requests (revoking a lease, a session's close)
 	// fall in the window too; a few among thousands of pairs.
 	r.calls = (req1 - req0) / p
-	r.mallocs = mallocs / p
-	r.clientUS = clientUS / p
 	return r, nil
 }
 

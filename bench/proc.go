@@ -372,27 +372,9 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 	if err != nil {
 		return procRun{}, err
 	}
-	for _, w := range ws {
-		if err := w.start(); err != nil {
-			return procRun{}, err
-		}
-	}
-	var r procRun
-	var pairs int64
-	var secs, mallocs, clientUS float64
-	for _, w := range ws {
-		res, err := w.result()
-		if err != nil {
-			return procRun{}, err
-		}
-		pairs += res.Pairs
-		secs = max(secs, res.Secs)
-		mallocs += res.Mallocs * float64(res.Pairs)
-		clientUS += res.CPUUS * float64(res.Pairs)
-		r.failed += float64(res.Failed)
-		r.waitsUS = append(r.waitsUS, res.WaitsUS...)
-		r.counts = append(r.counts, res.Pairs)
-		r.holds = append(r.holds, res.Holds)
+	r, pairs, err := startAndGather(ws)
+	if err != nil {
+		return procRun{}, err
 	}
 	cpu1, err := redisCPU(ctx, admin)
 	if err != nil {
@@ -403,12 +385,42 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 		return procRun{}, err
 	}
 	p := float64(max(pairs, 1))
-	r.perSec = float64(pairs) / secs
 	r.calls = float64(statsDelta(stats0, stats1)-2) / p // less the INFO cpu and commandstats calls
 	r.cpuUS = (cpu1 - cpu0) * 1e6 / p
+	return r, nil
+}
+
+// startAndGather tells the workers ws to begin their timed phase and
+// gathers their results: per-second rate, waits, counts, holds, failures,
+// and the per-pair client CPU and allocations; it returns the pairs too.
+func startAndGather(ws []*procWorker) (procRun, int64, error) {
+	for _, w := range ws {
+		if err := w.start(); err != nil {
+			return procRun{}, 0, err
+		}
+	}
+	var r procRun
+	var pairs int64
+	var secs, mallocs, clientUS float64
+	for _, w := range ws {
+		res, err := w.result()
+		if err != nil {
+			return procRun{}, 0, err
+		}
+		pairs += res.Pairs
+		secs = max(secs, res.Secs)
+		mallocs += res.Mallocs * float64(res.Pairs)
+		clientUS += res.CPUUS * float64(res.Pairs)
+		r.failed += float64(res.Failed)
+		r.waitsUS = append(r.waitsUS, res.WaitsUS...)
+		r.counts = append(r.counts, res.Pairs)
+		r.holds = append(r.holds, res.Holds)
+	}
+	p := float64(max(pairs, 1))
+	r.perSec = float64(pairs) / secs
 	r.mallocs = mallocs / p
 	r.clientUS = clientUS / p
-	return r, nil
+	return r, pairs, nil
 }
 
 // interval is one hold: when it began and ended (wall clock, ns).
