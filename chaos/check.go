@@ -27,8 +27,9 @@ type Hold struct {
 	// Outer is a re-entry's outer hold (the lock.Do it is nested in), ""
 	// for an outermost lock.Do.
 	Outer     string
-	Read      bool  // a read-side hold (the rw backend): it shares its key with other read holds
-	Late      int64 // Event.Late of its acquisition
+	Read      bool    // a read-side hold (the rw backend): it shares its key with other read holds
+	Late      int64   // Event.Late of its acquisition
+	thin      []Event // opThin: its raised deadline less than half the raised TTL ahead (client.go, checkRaised)
 	outer     *Hold
 	level     bool    // a re-entry that carried its outer hold's token: one more level of it, not a hold
 	levels    []*Hold // this hold's levels
@@ -135,6 +136,7 @@ const (
 	aUnfair         = "fair-order-broken"
 	aNotHeldUnexpl  = "release-notheld-unexplained"
 	aGrantLate      = "grant-past-deadline"
+	aRaisedThin     = "raised-ttl-not-kept"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -150,6 +152,7 @@ const (
 	iStallMaxMS     = "process-stall-max-ms"
 	iStallExcused   = "overlap-after-stall"
 	iGrantLost      = "grant-lost-at-return"
+	iThinExcused    = "raised-thin-after-fault"
 )
 
 // Violation is one anomaly with the shortest excerpt of history that shows it.
@@ -324,6 +327,7 @@ func Check(in Input) *Result {
 	r.checkLinearizable(in)
 	r.checkLiveness(in)
 	r.checkReleaseAnswers(in)
+	r.checkRaisedHolds(in)
 	if in.Backend == "fair" {
 		r.checkFairness(in)
 	}
@@ -448,6 +452,8 @@ func (r *Result) build(in Input) {
 			if e.Res == "refused" {
 				r.Info[iRefusedFresh]++
 			}
+		case opThin:
+			h.thin = append(h.thin, e)
 		case opOverdue:
 			r.violate(aOverdue, e.Key, fmt.Sprintf("%s's lease still believed it held %s %d ms after its own deadline (Until), with Lost open, and %v of running time later",
 				e.Hold, e.Key, e.Val, overdueSlack))
@@ -1089,6 +1095,48 @@ func (r *Result) checkReleaseAnswers(in Input) {
 			r.violate(aNotHeldUnexpl, h.Key, fmt.Sprintf("%s's release answered \"not held\" with no fault that can have ended the hold from %v before its invocation to the answer, and no stall of %s",
 				h.ID, in.lifeOf(h.Key), h.Proc), h)
 		}
+	}
+}
+
+// checkRaisedHolds: a hold that a re-entry raised to raiseFactor times its
+// key's TTL (client.go, longLoop) had less than half of the raised TTL left
+// before its own deadline (thin events) with Lost open. Its renewals set
+// the raised TTL every TTL/3 of the first level (lock/doc.go: the hold's
+// renewals, deadline and loss follow the raised TTL), so only renewals
+// that did not get through explain it: a fault on the holder's process or
+// on a server, or a stall of the process, within a raised TTL before the
+// event.
+func (r *Result) checkRaisedHolds(in Input) {
+	for _, h := range sortedHolds(r.holds) {
+		unexplained := 0
+		var first Event
+		for _, e := range h.thin {
+			from := e.Mono - (raiseFactor*in.lifeOf(h.Key) + reportSlack).Nanoseconds()
+			explained := false
+			for _, f := range in.Faults {
+				if f.Err == "" && (f.Proc == "" || f.Proc == h.Proc) && f.Start <= e.Mono && f.End >= from {
+					explained = true
+					break
+				}
+			}
+			for _, st := range r.selfStalls[h.Proc] {
+				explained = explained || st[0] <= e.Mono && st[1] >= from
+			}
+			if explained {
+				r.Info[iThinExcused]++
+				continue
+			}
+			if unexplained == 0 {
+				first = e
+			}
+			unexplained++
+		}
+		if unexplained == 0 {
+			continue
+		}
+		r.add(aRaisedThin, unexplained-1) // violate counts the first
+		r.violate(aRaisedThin, h.Key, fmt.Sprintf("%s, raised by a re-entry to %v, had %d ms left before its own deadline with Lost open (%d such readings), with no fault on %s or a server and no stall of it within %v before: its renewals do not keep the raised TTL",
+			h.ID, raiseFactor*in.lifeOf(h.Key), first.Val, unexplained, h.Proc, raiseFactor*in.lifeOf(h.Key)+reportSlack), h)
 	}
 }
 

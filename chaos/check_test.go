@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"maps"
 	"os"
 	"path/filepath"
@@ -874,5 +875,41 @@ func TestLostRecordedLate(t *testing.T) {
 	}
 	if r := run(400, 680); r.Anomalies[aOverlapUndoc]+r.Anomalies[aOverlapUnrep] != 1 {
 		t.Errorf("a loss recorded 280 ms after the deadline read: %v, want one overlap", r.Anomalies)
+	}
+}
+
+// TestRaisedThin: a hold raised by a re-entry whose deadline falls less
+// than half the raised TTL ahead (thin events) breaks lock/doc.go's
+// promise that renewals follow the raised TTL (mutant 27), unless a fault
+// on its process or a server, or a stall of it, within a raised TTL before
+// explains it.
+func TestRaisedThin(t *testing.T) {
+	run := func(faults []Fault, stall bool) *Result {
+		var h hist
+		h.section(0, 3000, "a", "L0", "a/0/1", 100, 0, "ok")
+		for _, at := range []int64{1500, 1600} {
+			h.evs = append(h.evs, Event{Proc: "a", Op: opThin, Key: "L0", Hold: "a/0/1", Token: 100, Val: 400, Mono: at * 1e6, Wall: at * 1e6})
+		}
+		if stall {
+			h.evs = append(h.evs, Event{Proc: "a", Op: opStall, Val: 300, Mono: 1200e6, Wall: 1200e6})
+		}
+		slices.SortStableFunc(h.evs, func(x, y Event) int { return cmp.Compare(x.Mono, y.Mono) })
+		return Check(Input{Backend: "lock", Life: time.Second, KeyLife: map[string]time.Duration{"L0": 500 * time.Millisecond},
+			Events: h.evs, Faults: faults})
+	}
+	if r := run(nil, false); r.Anomalies[aRaisedThin] != 2 || r.countViolations(aRaisedThin) != 1 {
+		t.Errorf("thin with no fault: %v, %d violations, want %s 2 in one violation", r.Anomalies, r.countViolations(aRaisedThin), aRaisedThin)
+	}
+	own := []Fault{{Kind: fProxyBlackhole, Proc: "a", Target: "a", Start: 800e6, End: 1000e6}}
+	server := []Fault{{Kind: fServerPause, Target: "redis", Start: 800e6, End: 1000e6}}
+	other := []Fault{{Kind: fProxyBlackhole, Proc: "b", Target: "b", Start: 800e6, End: 1000e6}}
+	for name, tc := range map[string]struct {
+		faults []Fault
+		stall  bool
+		want   int
+	}{"own process's fault": {own, false, 0}, "a server's fault": {server, false, 0}, "a stall": {nil, true, 0}, "another process's fault": {other, false, 2}} {
+		if r := run(tc.faults, tc.stall); r.Anomalies[aRaisedThin] != tc.want {
+			t.Errorf("%s: %v, want %s %d", name, r.Anomalies, aRaisedThin, tc.want)
+		}
 	}
 }

@@ -360,7 +360,7 @@ func (w *worker) loop(ctx context.Context) {
 			if err := w.section(fctx, a, key); err != nil || !reenter {
 				return err
 			}
-			return w.reenterSection(fctx, a, key, opts, 0)
+			return w.reenterSection(fctx, a, key, opts, 0, 0)
 		}, opts...)
 		cancel()
 		a.wait()
@@ -484,8 +484,11 @@ func (w *worker) fencedWrite(ctx context.Context, a *attempt, key string) error 
 // token. After the inner release, the outer section writes again with its
 // own token. On every backend the inner lease must carry the outer hold's
 // token (a re-entry), unless the outer hold was reported lost by the time
-// the inner acquisition returned (check.go, reentry-token).
-func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opts []lock.Option, after time.Duration) error {
+// the inner acquisition returned (check.go, reentry-token). A re-entry
+// that asked for a longer TTL than the hold had (raised) raises it: the
+// outer section's work checks from then on that the lease's deadline keeps
+// pace with renewals of the raised TTL (checkRaised).
+func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opts []lock.Option, after, raised time.Duration) error {
 	in := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: a.hold + reentrySuffix, owner: a.owner, outer: a}
 	err := lock.Do(ctx, in, key, func(ictx context.Context) error {
 		return w.fencedWrite(ictx, in, key)
@@ -493,6 +496,9 @@ func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opt
 	in.wait()
 	if err != nil {
 		return err
+	}
+	if raised > 0 {
+		a.raised = raised // the hold's TTL from now on (checkRaised)
 	}
 	if after > 0 {
 		w.sleep(ctx, a, after)
@@ -508,27 +514,46 @@ func (w *worker) reenterSection(ctx context.Context, a *attempt, key string, opt
 // it by more than the report bound; meanwhile the holder checks that its
 // lease never believes past its own deadline (checkOverdue). Half the
 // sections (on the backends with a lease TTL) re-enter the key halfway
-// with a quarter of its TTL and work on for another life: a level never
-// shortens the hold (lock/doc.go), so the outer hold must outlive it.
+// and work on for another life: a third with a quarter of its TTL (a
+// level never shortens the hold, lock/doc.go, so the outer hold must
+// outlive it), and on a key whose raised TTL keeps its renewals within the
+// report bound (raisable), a third with raiseFactor times it: the hold's
+// TTL rises, and its renewals and deadline follow the raised TTL
+// (checkRaised).
 func (w *worker) longLoop(ctx context.Context, key string, life time.Duration) {
 	w.longFor = life
-	var opts, short []lock.Option
+	var opts, short, raise []lock.Option
 	if perLockTTL(w.cfg.backend) {
 		opts = append(opts, lock.WithTTL(life))
 		short = append(short, lock.WithTTL(life/4))
+		if raisable(life, w.cfg.ttl) {
+			raise = append(raise, lock.WithTTL(raiseFactor*life))
+		}
 	}
 	for ctx.Err() == nil {
 		owner := fmt.Sprintf("%s/%d-%s", w.cfg.proc, w.g, lock.NewOwner())
 		w.n++
 		a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n), owner: owner}
 		actx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
-		reenter := short != nil && w.rnd.IntN(2) == 0
+		var inner []lock.Option // the re-entry's options; nil: none
+		var raised time.Duration
+		if short != nil {
+			switch w.rnd.IntN(3) {
+			case 1:
+				inner = short
+			case 2:
+				inner = short
+				if raise != nil {
+					inner, raised = raise, raiseFactor*life
+				}
+			}
+		}
 		lock.Do(actx, a, key, func(fctx context.Context) error {
 			if err := w.section(fctx, a, key); err != nil {
 				return err
 			}
-			if rest := longSection(life) - life; reenter {
-				return w.reenterSection(fctx, a, key, short, rest)
+			if rest := longSection(life) - life; inner != nil {
+				return w.reenterSection(fctx, a, key, inner, rest, raised)
 			} else {
 				w.sleep(fctx, a, rest)
 			}
@@ -573,6 +598,36 @@ func (w *worker) checkOverdue(a *attempt) {
 	w.rec.Record(Event{G: w.g, Op: opOverdue, Key: a.key, Hold: a.hold, Token: a.lease.Token(), Val: time.Since(u).Milliseconds()})
 }
 
+// checkRaised records a thin event when a's hold, raised by a re-entry to
+// a.raised, has less than half of that left before its own deadline with
+// Lost open: lock/doc.go promises that the hold's renewals and deadline
+// follow the raised TTL (a renewal every TTL/3 of the first level, each
+// setting the raised TTL), so the deadline stays at least two thirds of
+// it ahead while renewals get through. A fault on the holder's process or
+// on a server, or a stall of the process, within a raised TTL before
+// explains a thin deadline (checkRaisedHolds); nothing else does.
+func (w *worker) checkRaised(a *attempt) {
+	l, ok := a.lease.(lock.LeaseStatus)
+	if a.raised <= 0 || !ok || closed(a.lease.Lost()) {
+		return
+	}
+	u := l.Until()
+	if left := time.Until(u); !u.IsZero() && left < a.raised/2 {
+		w.rec.Record(Event{G: w.g, Op: opThin, Key: a.key, Hold: a.hold, Token: a.lease.Token(), Val: left.Milliseconds()})
+	}
+}
+
+// raiseFactor is how many times its key's TTL a raising re-entry asks for
+// (longLoop).
+const raiseFactor = 2
+
+// raisable reports whether a long key of lease life may be re-entered with
+// raiseFactor times it, for a run whose TTL is ttl: the hold's renewals
+// then run every raised TTL / 3 at most, which must stay within the report
+// bound the checker gives the key's losses (reportBound: life/3 +
+// reportSlack), so only keys whose raised TTL is at most the run's TTL.
+func raisable(life, ttl time.Duration) bool { return raiseFactor*life <= ttl }
+
 // closed reports whether ch is closed.
 func closed(ch <-chan struct{}) bool {
 	select {
@@ -598,6 +653,7 @@ func (w *worker) sleep(ctx context.Context, a *attempt, d time.Duration) {
 			return
 		case <-tick.C:
 			w.checkOverdue(a)
+			w.checkRaised(a)
 		}
 	}
 }
@@ -613,13 +669,16 @@ type attempt struct {
 	g     int
 	hold  string
 	owner string
-	outer *attempt   // a re-entry's outer hold (reenterSection), or nil
-	read  bool       // rw: a read-side hold (its invocation says so: Mode)
-	lease lock.Lease // set by Obtain
-	key   string
-	done  chan struct{}
-	once  sync.Once
-	wg    sync.WaitGroup
+	outer *attempt // a re-entry's outer hold (reenterSection), or nil
+	read  bool     // rw: a read-side hold (its invocation says so: Mode)
+	// raised: the TTL a re-entry raised this hold to (reenterSection), or
+	// 0; set before the section's work that checkRaised watches.
+	raised time.Duration
+	lease  lock.Lease // set by Obtain
+	key    string
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
 
 	lostMu   sync.Mutex // protects lostSeen; held while the loss is recorded
 	lostSeen bool

@@ -72,6 +72,7 @@ const (
 	opWrite    = "write"
 	opLost     = "lost"
 	opOverdue  = "overdue" // the lease's own deadline passed (Val: ms ago) and its Lost is still open (worker.checkOverdue)
+	opThin     = "thin"    // a hold raised by a re-entry had less than half its raised TTL left (Val: ms left), Lost open (worker.checkRaised)
 	opRelease  = "release"
 	opReleased = "released"
 	opStart    = "start" // first line of a process's history
