@@ -809,6 +809,16 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	atOnce := in.Backend == "lock" || in.Backend == "fair"
 	for _, h := range []*Hold{a, b} {
 		rep := h.reportedAt()
+		if rep == 0 && h.Release != 0 && strings.HasPrefix(h.RelRes, "error") {
+			// Released before anything could tell it (its renewals and
+			// its release cut off: "not confirmed by a quorum", "the
+			// hold expires after its TTL"): its belief ended at the
+			// release, in time if within the bound, as a loss reported
+			// then would have been. A release that answered "ok" for a
+			// hold the servers no longer had is no such end: it said
+			// the hold was there (hole 2, below).
+			rep = h.Release
+		}
 		if rep == 0 && h.Release == 0 && r.killed[h.Proc] {
 			// Killed holding: it stopped believing when it died, and
 			// could not be told later; in time if it died within the
@@ -1058,7 +1068,7 @@ func livenessBound(backend string, life time.Duration) time.Duration {
 	return life + waiterTimeout + slack
 }
 
-// checkReleaseAnswers: on the single-Redis locks (lock, fair, rw), a
+// checkReleaseAnswers: on the single-Redis locks (lock, fair, rw) and sql, a
 // release that answered "not held" must have a cause: a fault that can
 // have ended the hold (on a server, or on the holder's own process or
 // connections) or a stall of the holder's process, from a life before its
@@ -1066,10 +1076,17 @@ func livenessBound(backend string, life time.Duration) time.Duration {
 // the Redis locks is safe to resend (lock/doc.go: "never ErrNotHeld for a
 // lock it freed"), and reply-lost (nemesis.go) makes go-redis resend them;
 // neither is a cut connection (proxy-cut), after which go-redis resends on
-// a new one.
+// a new one. On sqllock (sql) likewise, but a cut connection ends a
+// session lock's session, and with it the lock (sqllock/doc.go): every
+// fault on the holder's process or a server counts; a release that ends
+// its own hold's session (mutant 30: its session check cancelled in
+// flight) has no cause.
 func (r *Result) checkReleaseAnswers(in Input) {
+	redis := false
 	switch in.Backend {
 	case "lock", "fair", "rw":
+		redis = true
+	case "sql":
 	default:
 		return
 	}
@@ -1080,7 +1097,7 @@ func (r *Result) checkReleaseAnswers(in Input) {
 		from, to := h.Invoke-in.lifeOf(h.Key).Nanoseconds(), h.Released
 		explained := false
 		for _, f := range in.Faults {
-			if f.Err != "" || f.Kind == fReplyLost || f.Kind == fProxyCut || f.Proc != "" && f.Proc != h.Proc {
+			if f.Err != "" || redis && (f.Kind == fReplyLost || f.Kind == fProxyCut) || f.Proc != "" && f.Proc != h.Proc {
 				continue
 			}
 			if f.Start <= to && f.End >= from {

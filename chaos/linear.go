@@ -123,6 +123,19 @@ const linearTimeout = 60 * time.Second
 
 // checkLinearizable checks each key's history against the mutex model,
 // and writes porcupine's visualization next to the report on a violation.
+// mayHaveWiped reports whether a fault under which h's backend documents
+// a lost hold (documentedFaults) overlapped h, from its request to its
+// release's answer.
+func mayHaveWiped(in Input, h *Hold) bool {
+	doc := documentedFaults(in.Backend)
+	for _, f := range in.Faults {
+		if f.Err == "" && doc[f.Kind] && (f.Proc == "" || f.Proc == h.Proc) && f.Start <= h.Released && f.End >= h.Invoke {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *Result) checkLinearizable(in Input) {
 	clients := map[string]int{}
 	clientOf := func(h *Hold) int {
@@ -154,6 +167,12 @@ func (r *Result) checkLinearizable(in Input) {
 			case rep != 0: // lost anywhere after the request went out
 				call, ret = h.Invoke+1, rep
 			case h.Release != 0 && h.RelRes == "ok":
+			case h.Release != 0 && h.Released != 0 && strings.HasPrefix(h.RelRes, "error") && mayHaveWiped(in, h):
+				// A release that could not tell (cut off) of a hold a
+				// documented fault may have taken from the servers
+				// meanwhile: freed anywhere from its request on (the
+				// overlap checker holds its end to the report bound).
+				call, ret = h.Invoke+1, h.Released+life
 			case h.Release != 0 && h.Released != 0: // failed: took effect or expired
 				ret = h.Released + life
 			default: // the process died holding (or never heard back)
