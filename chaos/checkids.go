@@ -25,6 +25,7 @@ const (
 	dDupDataLoss   = "duplicate-redis-data-loss"
 	dSegDataLoss   = "duplicate-segment-data-loss"
 	dHandDataLoss  = "handover-redis-data-loss"
+	dMarkDataLoss  = "mark-lowered-redis-data-loss" // a high-water mark rolled back by a Redis restart (audit.go)
 	iIDs           = "ids"
 	iLeases        = "leases"
 	iLeasesLost    = "leases-lost"
@@ -65,6 +66,7 @@ type IDInput struct {
 	Events []Event
 	Faults []Fault
 	Dir    string
+	Marks  []MarkDrop // the high-water audit's drops (audit.go)
 }
 
 // CheckIDs runs the ID checkers: duplicates (by sorting every part's IDs),
@@ -119,6 +121,7 @@ func CheckIDs(in IDInput) (*Result, error) {
 			r.add(aMalformed, 1) // lease events without the lease
 		}
 	}
+	r.checkMarks(in.Marks, in.Faults)
 
 	files, err := filepath.Glob(filepath.Join(in.Dir, "ids-*.bin"))
 	if err != nil {

@@ -376,6 +376,11 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 			stopAudit = startAudit(e.redis[0].Addr(), append(backendKeys(cfg.backend, cfg.keys), sortedKeys(cfg.keyLives())...))
 			defer stopAudit() // on an early return
 		}
+		stopMarks := func() []MarkDrop { return nil }
+		if cfg.backend == "ids" {
+			stopMarks = startMarkAudit(e.redis[0].Addr())
+			defer stopMarks()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.dur-cfg.quiet)
 		meta.Faults = e.runNemesis(ctx, steps)
 		cancel()
@@ -402,6 +407,11 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
 		meta.StopAt = monoNow()
 		noExpiry := stopAudit()
+		if cfg.backend == "ids" {
+			if err := writeJSON(filepath.Join(dir, "marks.json"), stopMarks()); err != nil {
+				return err
+			}
+		}
 		var lines map[string][]LockNode
 		var linesErr error
 		if cfg.backend == "zk" { // before the clients' sessions end with them
@@ -485,8 +495,12 @@ func checkIDsDir(dir string, meta runMeta) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	var marks []MarkDrop
+	if err := readJSON(filepath.Join(dir, "marks.json"), &marks); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
 	t := time.Now()
-	r, err := CheckIDs(IDInput{Events: evs, Faults: faults, Dir: dir})
+	r, err := CheckIDs(IDInput{Events: evs, Faults: faults, Dir: dir, Marks: marks})
 	if err != nil {
 		return nil, err
 	}
