@@ -163,6 +163,19 @@ func TestCheck(t *testing.T) {
 			h.section(20, 30, "b", "k0", "b/0/1", 101, 1, "ok")
 		}, faults: []Fault{{Kind: fLockDelete, Start: ms(-10), End: ms(10)}},
 			accepted: []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 101}}, anomalies: []string{aOverlapUnrep, aNonLinear}},
+		// A grant wiped by lock-delete while its acquisition was still
+		// out (its answer held up), after which another took the key
+		// the deletion freed; the late grant, within its validity, is
+		// reported lost at its deadline (redlock seed 2).
+		{name: "late grant wiped by a deletion", backend: "redlock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.section(500, 2000, "b", "k0", "b/0/1", 102, 0, "ok")
+			h.add(731, "a", opAcquired, "k0", "a/0/1", 101, "", 0)
+			h.add(811, "a", opLost, "k0", "a/0/1", 101, "", 0)
+			h.add(812, "a", opRelease, "k0", "a/0/1", 101, "", 0)
+			h.add(1200, "a", opReleased, "k0", "a/0/1", 101, "error: redlock: release of \"k0\" not confirmed by a quorum", 0)
+		}, faults: []Fault{{Kind: fLockDelete, Start: ms(13), End: ms(455)}, {Kind: fProxyBlackhole, Proc: "a", Start: ms(330), End: ms(1978)}},
+			accepted: []AcceptedWrite{{"b/0/1", 102}}, documented: []string{dOverlap}},
 		// sql: a cut connection ends a session lock's session (and the
 		// lock with it); a release that ended its own session has no
 		// cause (mutant 30).
