@@ -119,7 +119,7 @@ func (r *Result) checkNoExpiry(in Input) {
 	}
 }
 
-// The high-water audit (ids): every auditEvery the orchestrator reads the
+// The high-water audit (ids): every markAuditEvery the orchestrator reads the
 // Redis worker-ID leaser's high-water marks of the ids workload's service
 // (directly, not through a client's proxy). workerid/doc.go promises that
 // a stored mark is only ever raised: a late store from a holder whose
@@ -129,6 +129,11 @@ func (r *Result) checkNoExpiry(in Input) {
 // marks.json; the checker counts it as mark-lowered unless Redis lost
 // data in between (a restart: the mark came back from an older snapshot,
 // or was gone and raised anew). Mutant 25.
+
+// markAuditEvery is how often the high-water audit reads the marks: a
+// lowered mark lasts until the ID's holder saves its next one (every
+// idCheckpoint, 100 ms), so the audit looks ten times as often.
+const markAuditEvery = 10 * time.Millisecond
 
 // aMarkLowered is the anomaly of a high-water mark seen lower than before.
 const aMarkLowered = "mark-lowered"
@@ -162,7 +167,7 @@ func startMarkAudit(addr string) (stop func() []MarkDrop) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(auditEvery)
+		t := time.NewTicker(markAuditEvery)
 		defer t.Stop()
 		for {
 			select {

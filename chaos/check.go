@@ -137,6 +137,8 @@ const (
 	aNotHeldUnexpl  = "release-notheld-unexplained"
 	aGrantLate      = "grant-past-deadline"
 	aRaisedThin     = "raised-ttl-not-kept"
+	aOwnerTokens    = "owner-token-split"
+	aTwinLost       = "twin-lost-unexplained"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -328,6 +330,7 @@ func Check(in Input) *Result {
 	r.checkLiveness(in)
 	r.checkReleaseAnswers(in)
 	r.checkRaisedHolds(in)
+	r.checkTwinLosses(in)
 	if in.Backend == "fair" {
 		r.checkFairness(in)
 	}
@@ -776,6 +779,18 @@ func (r *Result) checkOverlaps(in Input) map[[2]string]string {
 				if a.Read && b.Read {
 					continue // readers share a key (the rw backend)
 				}
+				if a.Owner != "" && a.Owner == b.Owner {
+					// One owner's holds are levels of one hold (the
+					// twins, client.go): no exclusion between them, but
+					// one token, unless a's hold was reported lost by the
+					// time b's acquisition returned (b then took a new
+					// hold).
+					if rep := a.reportedAt(); a.Token != b.Token && (rep == 0 || rep > b.Acquired+lostLag.Nanoseconds()) {
+						r.violate(aOwnerTokens, key, fmt.Sprintf("%s (token %d) and %s (token %d), of one owner, held %s at once with different tokens, and %s was not reported lost when %s's acquisition returned",
+							a.ID, a.Token, b.ID, b.Token, key, a.ID, b.ID), a, b)
+					}
+					continue
+				}
 				if a.outer == b || b.outer == a {
 					// A re-entry that took a new hold while its outer hold
 					// was believed held: reentry-token, or the outer hold
@@ -1117,6 +1132,33 @@ func (r *Result) checkReleaseAnswers(in Input) {
 		if !explained {
 			r.violate(aNotHeldUnexpl, h.Key, fmt.Sprintf("%s's release answered \"not held\" with no fault that can have ended the hold from %v before its invocation to the answer, and no stall of %s",
 				h.ID, in.lifeOf(h.Key), h.Proc), h)
+		}
+	}
+}
+
+// checkTwinLosses: a twin's hold (twinKey, client.go: two goroutines of
+// one owner whose TryObtain rounds race on the masters) reported lost with
+// no fault on its process or a server and no stall of it within a lease
+// life and the report bound before: redlock/doc.go promises that a round
+// racing the owner's own hold joins it as a level, and that Lost closes
+// only when the lock is no longer known to be held (mutant 28 took a
+// racing round's fresh answers for a loss).
+func (r *Result) checkTwinLosses(in Input) {
+	for _, h := range sortedHolds(r.holds) {
+		if h.Key != twinKey || h.Lost == 0 || h.Acquired == 0 || h.Release != 0 && h.Release < h.Lost {
+			continue
+		}
+		from := h.Acquired - in.lifeOf(h.Key).Nanoseconds() - reportBound(in, h.Key).Nanoseconds()
+		explained := false
+		for _, f := range in.Faults {
+			explained = explained || f.Err == "" && (f.Proc == "" || f.Proc == h.Proc) && f.Start <= h.Lost && f.End >= from
+		}
+		for _, st := range r.selfStalls[h.Proc] {
+			explained = explained || st[0] <= h.Lost && st[1] >= from
+		}
+		if !explained {
+			r.violate(aTwinLost, h.Key, fmt.Sprintf("%s, a twin's hold (owner %s), was reported lost %v after its acquisition with no fault on %s or a server and no stall of it from %v before the acquisition",
+				h.ID, h.Owner, time.Duration(h.Lost-h.Acquired).Round(time.Millisecond), h.Proc, in.lifeOf(h.Key)+reportBound(in, h.Key)), h)
 		}
 	}
 }

@@ -185,6 +185,19 @@ func runClient(args []string) error {
 			w.loop(ctx)
 		}()
 	}
+	if hasTwins(cfg.backend) {
+		var twins [2]*worker
+		for i := range twins {
+			g := cfg.workers + len(cfg.longKeys) + i
+			twins[i] = &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(locker), res: res,
+				rnd: rand.New(rand.NewPCG(cfg.seed, uint64(g)))}
+		}
+		wg.Add(1)
+		go func() { // owned by runClient: ends when ctx ends
+			defer wg.Done()
+			twinLoop(ctx, twins)
+		}()
+	}
 	for i, key := range sortedKeys(cfg.longKeys) {
 		g := cfg.workers + i
 		wg.Add(1)
@@ -564,6 +577,71 @@ func (w *worker) longLoop(ctx context.Context, key string, life time.Duration) {
 	}
 }
 
+// twinKey is the twins' key (twinLoop).
+const twinKey = "T0"
+
+// hasTwins reports whether backend's processes run the twins: Redlock,
+// whose Client counts one owner's levels in process, so that two
+// goroutines of one owner whose rounds race on the masters (each came
+// first on some) must end up with one hold and one token, neither
+// reported lost (redlock/doc.go, mutant 28).
+func hasTwins(backend string) bool { return backend == "redlock" }
+
+// twinLoop runs the twins of a process: each round, both goroutines
+// TryObtain twinKey at once with one new owner (TryObtain does not line up
+// in process, so their rounds race on the masters), make a fenced write,
+// work 5-30 ms and release; the next round begins when both are done. The
+// twins of different processes contend for the key as different owners.
+func twinLoop(ctx context.Context, twins [2]*worker) {
+	var wg sync.WaitGroup
+	for ctx.Err() == nil {
+		owner := fmt.Sprintf("%s/t-%s", twins[0].cfg.proc, lock.NewOwner())
+		start := make(chan struct{})
+		for _, w := range twins {
+			wg.Add(1)
+			go func() { // owned by this round
+				defer wg.Done()
+				<-start
+				w.twinRound(ctx, owner)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		sleepCtx(ctx, time.Duration(twins[0].rnd.IntN(20))*time.Millisecond)
+	}
+}
+
+// twinRound is one twin's round: TryObtain, a fenced write and 5-30 ms of
+// work (ended by the lease's loss), then the release.
+func (w *worker) twinRound(ctx context.Context, owner string) {
+	w.n++
+	a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n), owner: owner}
+	defer a.wait()
+	tctx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
+	defer cancel()
+	l, err := a.TryObtain(tctx, twinKey, lock.WithTTL(w.cfg.ttl))
+	if err != nil {
+		return
+	}
+	sctx, scancel := context.WithCancel(tctx)
+	stop := make(chan struct{})
+	go func() { // owned by this round: ends at the loss or the section's end
+		select {
+		case <-l.Lost():
+			scancel()
+		case <-stop:
+		}
+	}()
+	if w.fencedWrite(sctx, a, twinKey) == nil {
+		w.sleep(sctx, a, time.Duration(5+w.rnd.IntN(25))*time.Millisecond)
+	}
+	close(stop)
+	scancel()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), obtainTimeout)
+	defer rcancel()
+	l.Release(rctx)
+}
+
 // longSection is how long a long key's section works, for a key whose
 // lease lives life: twice that, and at least life + 2 s, so that a holder
 // isolated for a second or two past its deadline is still working when
@@ -699,6 +777,15 @@ type attempt struct {
 }
 
 func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	return a.obtain(ctx, key, a.inner.Obtain, opts)
+}
+
+// TryObtain is Obtain through the Locker's TryObtain (the twins, twinRound).
+func (a *attempt) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
+	return a.obtain(ctx, key, a.inner.TryObtain, opts)
+}
+
+func (a *attempt) obtain(ctx context.Context, key string, obtain func(context.Context, string, ...lock.Option) (lock.Lease, error), opts []lock.Option) (lock.Lease, error) {
 	var outer string
 	if a.outer != nil {
 		outer = a.outer.hold
@@ -711,7 +798,7 @@ func (a *attempt) Obtain(ctx context.Context, key string, opts ...lock.Option) (
 		mode = modeRead
 	}
 	a.rec.Record(Event{G: a.g, Op: opInvoke, Key: key, Hold: a.hold, Owner: a.owner, Outer: outer, Mode: mode})
-	l, err := a.inner.Obtain(ctx, key, opts...)
+	l, err := obtain(ctx, key, opts...)
 	if err != nil {
 		a.rec.Record(Event{G: a.g, Op: opFail, Key: key, Hold: a.hold, Res: errKind(err,
 			errName{context.DeadlineExceeded, "timeout"},
@@ -793,10 +880,6 @@ func (a *attempt) stopWatch() {
 	a.once.Do(func() { close(a.done) })
 	a.wg.Wait()
 	a.pollLost()
-}
-
-func (a *attempt) TryObtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
-	return nil, errors.New("chaos: TryObtain is not used")
 }
 
 // wait stops the loss watcher after lock.Do has returned.

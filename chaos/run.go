@@ -76,6 +76,16 @@ func (c runConfig) keyLives() map[string]time.Duration {
 	return longKeyLives(c.backend, c.ttl, c.session)
 }
 
+// lockKeys is every key c's lock workload uses: the hot keys, the long
+// keys and the twins' (client.go, twinLoop).
+func (c runConfig) lockKeys() []string {
+	keys := append(backendKeys(c.backend, c.keys), sortedKeys(c.keyLives())...)
+	if hasTwins(c.backend) {
+		keys = append(keys, twinKey)
+	}
+	return keys
+}
+
 // maxLife is the longest lease life of any key of c.
 func (c runConfig) maxLife() time.Duration {
 	l := c.life()
@@ -373,7 +383,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		}
 		stopAudit := func() []NoExpiry { return nil }
 		if auditable(cfg.backend) {
-			stopAudit = startAudit(e.redis[0].Addr(), append(backendKeys(cfg.backend, cfg.keys), sortedKeys(cfg.keyLives())...))
+			stopAudit = startAudit(e.redis[0].Addr(), cfg.lockKeys())
 			defer stopAudit() // on an early return
 		}
 		stopMarks := func() []MarkDrop { return nil }
@@ -419,7 +429,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 			for _, n := range e.zk.Nodes() {
 				addrs = append(addrs, n.Addr())
 			}
-			lines, linesErr = dumpZKLines(addrs, append(backendKeys(cfg.backend, cfg.keys), sortedKeys(cfg.keyLives())...))
+			lines, linesErr = dumpZKLines(addrs, cfg.lockKeys())
 		}
 		e.stopClients(15 * time.Second)
 		if linesErr != nil {
@@ -432,7 +442,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		if e.resource == nil {
 			return nil
 		}
-		res, err := dumpResource(context.Background(), e.resource.Addr(), append(backendKeys(cfg.backend, cfg.keys), sortedKeys(cfg.keyLives())...))
+		res, err := dumpResource(context.Background(), e.resource.Addr(), cfg.lockKeys())
 		if err != nil {
 			return err
 		}
