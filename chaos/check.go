@@ -675,7 +675,9 @@ func (r *Result) checkTokens() {
 					best = hs[i]
 				}
 			}
-			if best != nil && b.Token <= best.Token {
+			// A hold of the owner that holds the best is one more level
+			// of it (the twins, client.go): the same token.
+			if best != nil && b.Token <= best.Token && !(b.Owner != "" && b.Owner == best.Owner && b.Token == best.Token) {
 				r.violate(aTokenOrder, key, fmt.Sprintf("%s got token %d after %s had completed with token %d",
 					b.ID, b.Token, best.ID, best.Token), best, b)
 			}

@@ -176,6 +176,45 @@ func TestCheck(t *testing.T) {
 			h.add(1200, "a", opReleased, "k0", "a/0/1", 101, "error: redlock: release of \"k0\" not confirmed by a quorum", 0)
 		}, faults: []Fault{{Kind: fLockDelete, Start: ms(13), End: ms(455)}, {Kind: fProxyBlackhole, Proc: "a", Start: ms(330), End: ms(1978)}},
 			accepted: []AcceptedWrite{{"b/0/1", 102}}, documented: []string{dOverlap}},
+		// The twins (redlock): one owner's two holds overlap as levels
+		// of one hold with one token; different tokens while neither was
+		// reported lost split the hold.
+		{name: "twins: one owner, one token", backend: "redlock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
+			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
+			h.add(2, "a", opInvoke, twinKey, "a/7/1", 0, "", 0)
+			h.add(3, "a", opAcquired, twinKey, "a/7/1", 100, "", 0)
+			h.add(10, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
+			h.add(11, "a", opReleased, twinKey, "a/6/1", 100, "ok", 0)
+			h.add(12, "a", opRelease, twinKey, "a/7/1", 100, "", 0)
+			h.add(13, "a", opReleased, twinKey, "a/7/1", 100, "ok", 0)
+			for i := range h.evs {
+				h.evs[i].Owner = "o1"
+			}
+		}},
+		{name: "twins: one owner, two tokens", backend: "redlock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
+			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
+			h.add(2, "a", opInvoke, twinKey, "a/7/1", 0, "", 0)
+			h.add(3, "a", opAcquired, twinKey, "a/7/1", 101, "", 0)
+			h.add(10, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
+			h.add(11, "a", opReleased, twinKey, "a/6/1", 100, "ok", 0)
+			h.add(12, "a", opRelease, twinKey, "a/7/1", 101, "", 0)
+			h.add(13, "a", opReleased, twinKey, "a/7/1", 101, "ok", 0)
+			for i := range h.evs {
+				h.evs[i].Owner = "o1"
+			}
+		}, anomalies: []string{aOwnerTokens}},
+		{name: "twins: a loss with no fault", backend: "redlock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
+			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
+			h.add(5, "a", opLost, twinKey, "a/6/1", 100, "", 0)
+			h.add(10, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
+			h.add(11, "a", opReleased, twinKey, "a/6/1", 100, "notheld", 0)
+			for i := range h.evs {
+				h.evs[i].Owner = "o1"
+			}
+		}, anomalies: []string{aTwinLost}},
 		// sql: a cut connection ends a session lock's session (and the
 		// lock with it); a release that ended its own session has no
 		// cause (mutant 30).
