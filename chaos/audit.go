@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -240,4 +241,197 @@ func (r *Result) checkMarks(drops []MarkDrop, faults []Fault) {
 		r.violateIDs(aMarkLowered, "redis", fmt.Sprintf("the high-water mark %s went from %d to %d (Unix ms) between two readings %v apart, with no Redis restart between them: a store lowered it",
 			d.Key, d.From, d.To, time.Duration(d.Mono-d.Prev).Round(time.Millisecond)))
 	}
+}
+
+// The renewal audit (redlock): every auditEvery the orchestrator reads,
+// on every master (directly, not through a client's proxy), the long keys'
+// lock hashes: their PTTL and their owners. A long section records its
+// lease's deadline every 100 ms of its work (until events, client.go).
+// redlock/doc.go promises that a hold survives one master losing its data,
+// which needs every master the hold is on to keep it at least as long as
+// the holder believes it: each renewal reaches every master, the late ones
+// too (mutant 32 cancelled the renewals not sent when a quorum answered).
+// The checker counts, for each until reading, the masters whose copy of
+// the hold would expire before that deadline (masters-expire-before-lease:
+// N − quorum of them or more, at two readings in a row, with no fault on
+// a master or the holder and no stall of it to explain it).
+
+// aMastersShort is the anomaly of too many masters keeping a hold shorter
+// than its holder believes it.
+const aMastersShort = "masters-expire-before-lease"
+
+// redlockMasters and redlockQuorum are the redlock backend's (env.go).
+const redlockMasters, redlockQuorum = 5, 3
+
+// MasterCopy is one master's copy of a hold, seen by the renewal audit.
+type MasterCopy struct {
+	Master int    `json:"m"`
+	Key    string `json:"key"`
+	Owner  string `json:"owner"`
+	Exp    int64  `json:"exp"` // mono: the latest the copy can expire (reply time + PTTL + 1 ms)
+	Mono   int64  `json:"mono"`
+}
+
+// startRenewalAudit reads keys' lock hashes on the masters at addrs until
+// the returned stop is called, which returns the copies it saw.
+func startRenewalAudit(addrs, keys []string) (stop func() []MasterCopy) {
+	rdbs := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+	}
+	hashes := make([]string, len(keys))
+	for i, k := range keys {
+		hashes[i] = hashlock.LockKeys(hashlock.DefaultPrefix, k)[0]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex // protects copies
+		copies []MasterCopy
+	)
+	for m, rdb := range rdbs {
+		wg.Add(1)
+		go func() { // owned by startRenewalAudit: ends at stop
+			defer wg.Done()
+			t := time.NewTicker(auditEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				// A master paused or restarting answers late or not at
+				// all: that round is skipped there.
+				rctx, rcancel := context.WithTimeout(ctx, auditEvery)
+				pipe := rdb.Pipeline()
+				ttls := make([]*redis.DurationCmd, len(hashes))
+				owners := make([]*redis.StringSliceCmd, len(hashes))
+				for i, h := range hashes {
+					ttls[i] = pipe.PTTL(rctx, h)
+					owners[i] = pipe.HKeys(rctx, h)
+				}
+				_, err := pipe.Exec(rctx)
+				rcancel()
+				if err != nil {
+					continue
+				}
+				now := monoNow()
+				var seen []MasterCopy
+				for i := range hashes {
+					left := ttls[i].Val()
+					if left <= 0 {
+						continue
+					}
+					for _, o := range owners[i].Val() {
+						if o != "" && o[0] != 0 { // reserved fields start with NUL
+							seen = append(seen, MasterCopy{Master: m, Key: keys[i], Owner: o, Exp: now + int64(left+time.Millisecond), Mono: now})
+						}
+					}
+				}
+				mu.Lock()
+				copies = append(copies, seen...)
+				mu.Unlock()
+				auditRounds.Add(1)
+			}
+		}()
+	}
+	var once sync.Once
+	return func() []MasterCopy {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			for _, rdb := range rdbs {
+				rdb.Close()
+			}
+		})
+		sort.SliceStable(copies, func(i, j int) bool { return copies[i].Mono < copies[j].Mono })
+		return copies
+	}
+}
+
+// copySlack is how far before a holder's deadline a master's copy may
+// expire and still count as keeping it (the deadline is read in the
+// client process, the copy's expiry by the orchestrator: clock reads
+// apart).
+const copySlack = 5 * time.Millisecond
+
+// checkRenewalCopies: for each until reading of a hold (redlock's long
+// sections), the masters whose copy of the hold, seen by the renewal audit
+// before the next reading (and while the holder still believed), would
+// expire before the deadline read. N − quorum such masters or more at two
+// readings in a row, with no fault on a master or on the holder's process
+// and no stall of it from a lease life and the report bound before, breaks
+// redlock/doc.go's promise that a hold survives one master losing its
+// data. A master without a copy is not counted: an acquisition or a
+// renewal that did not reach it in time is the first fault the doc allows.
+func (r *Result) checkRenewalCopies(in Input) {
+	if in.Resource == nil || len(in.Resource.Copies) == 0 {
+		return
+	}
+	type ko struct{ key, owner string }
+	byHold := map[ko][]MasterCopy{}
+	for _, c := range in.Resource.Copies {
+		byHold[ko{c.Key, c.Owner}] = append(byHold[ko{c.Key, c.Owner}], c)
+	}
+	for _, h := range sortedHolds(r.holds) {
+		if len(h.untils) == 0 {
+			continue
+		}
+		cs := byHold[ko{h.Key, h.Owner}]
+		prevShort, flagged := false, 0
+		var worst []int
+		var worstAt Event
+		for i, u := range h.untils {
+			end := h.ownEnd()
+			if i+1 < len(h.untils) {
+				end = min(end, h.untils[i+1].Mono)
+			}
+			latest := map[int]MasterCopy{}
+			for _, c := range cs {
+				if c.Mono > u.Mono && c.Mono <= end {
+					latest[c.Master] = c
+				}
+			}
+			var short []int
+			for m, c := range latest {
+				if c.Exp < u.Until-copySlack.Nanoseconds() {
+					short = append(short, m)
+				}
+			}
+			isShort := len(short) >= redlockMasters-redlockQuorum && !r.copiesExcused(in, h, u.Mono, end)
+			if isShort && prevShort {
+				flagged++
+				if len(short) > len(worst) {
+					sort.Ints(short)
+					worst, worstAt = short, u
+				}
+			}
+			prevShort = isShort
+		}
+		if flagged == 0 {
+			continue
+		}
+		r.add(aMastersShort, flagged-1) // violate counts the first
+		r.violate(aMastersShort, h.Key, fmt.Sprintf("%s's lease read its deadline %v ahead, and the copies of its hold on masters %v would expire before it (%d readings in a row or more with %d of %d masters short, no fault on a master or on %s and no stall of it): a renewal did not reach every master",
+			h.ID, time.Duration(worstAt.Until-worstAt.Mono).Round(time.Millisecond), worst, flagged+1, redlockMasters-redlockQuorum, redlockMasters, h.Proc), h)
+	}
+}
+
+// copiesExcused reports whether a fault on a server or on h's process, or a
+// stall of it, from a lease life and the report bound before from until to,
+// explains masters keeping h's hold short.
+func (r *Result) copiesExcused(in Input, h *Hold, from, to int64) bool {
+	from -= (in.lifeOf(h.Key) + reportBound(in, h.Key)).Nanoseconds()
+	for _, f := range in.Faults {
+		if f.Err == "" && (f.Proc == "" || f.Proc == h.Proc) && f.Start <= to && f.End >= from {
+			return true
+		}
+	}
+	for _, st := range r.selfStalls[h.Proc] {
+		if st[0] <= to && st[1] >= from {
+			return true
+		}
+	}
+	return false
 }

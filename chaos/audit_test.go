@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,6 +106,86 @@ func waitAudits(t *testing.T, n int64) {
 	for deadline := time.Now().Add(30 * time.Second); auditRounds.Load() < want; time.Sleep(auditEvery / 10) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the audit completed %d rounds in 30 s, want %d", auditRounds.Load()-want+n, n)
+		}
+	}
+}
+
+// TestRenewalAudit: the renewal audit reports each master's copy of a hold
+// (its owner fields, not the reserved ones) with when it would expire.
+func TestRenewalAudit(t *testing.T) {
+	srvs := testserver.StartRedisMasters(t, 2)
+	rdb := redis.NewClient(&redis.Options{Addr: srvs[0].Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	h := hashlock.LockKeys(hashlock.DefaultPrefix, "L1")[0]
+	if err := rdb.HSet(ctx, h, "o1", 1, "\x00t", 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpire(ctx, h, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := monoNow()
+	stop := startRenewalAudit([]string{srvs[0].Addr(), srvs[1].Addr()}, []string{"L0", "L1"})
+	waitAudits(t, 4) // two rounds on each master at least
+	copies := stop()
+	after := monoNow()
+	if len(copies) == 0 {
+		t.Fatal("no copy seen")
+	}
+	for _, c := range copies {
+		if c.Master != 0 || c.Key != "L1" || c.Owner != "o1" || c.Exp < before+int64(9*time.Second) || c.Exp > after+int64(10*time.Second+time.Millisecond) {
+			t.Fatalf("copy %+v, want master 0's copy of L1 by o1 expiring about 10 s on", c)
+		}
+	}
+}
+
+// TestRenewalCopies: N − quorum masters keeping a hold shorter than its
+// holder believes, at two until readings in a row, break redlock's promise
+// that a hold survives one master losing its data (mutant 32), unless a
+// fault or a stall explains it; one master short, or short once, does not.
+func TestRenewalCopies(t *testing.T) {
+	ms := func(n int64) int64 { return n * 1e6 }
+	run := func(shortMasters []int, readings int, faults []Fault) *Result {
+		var h hist
+		h.add(0, "a", opInvoke, "L1", "a/4/1", 0, "", 0)
+		h.add(1, "a", opAcquired, "L1", "a/4/1", 100, "", 0)
+		var copies []MasterCopy
+		for i := range int64(3) {
+			at := 100 * (i + 1)
+			h.evs = append(h.evs, Event{Proc: "a", Op: opUntil, Key: "L1", Hold: "a/4/1", Token: 100, Mono: ms(at), Wall: ms(at), Until: ms(3000 + at)})
+			for m := range redlockMasters {
+				exp := ms(3300 + at)
+				if slices.Contains(shortMasters, m) && i < int64(readings) {
+					exp = ms(2500)
+				}
+				copies = append(copies, MasterCopy{Master: m, Key: "L1", Owner: "o1", Exp: exp, Mono: ms(at + 50)})
+			}
+		}
+		h.add(1000, "a", opRelease, "L1", "a/4/1", 100, "", 0)
+		h.add(1001, "a", opReleased, "L1", "a/4/1", 100, "ok", 0)
+		for i := range h.evs {
+			h.evs[i].Owner = "o1"
+		}
+		slices.SortStableFunc(h.evs, func(x, y Event) int { return cmp.Compare(x.Mono, y.Mono) })
+		return Check(Input{Backend: "redlock", Life: time.Second, KeyLife: map[string]time.Duration{"L1": 3 * time.Second},
+			Events: h.evs, Faults: faults, Resource: &Resource{Copies: copies}})
+	}
+	for _, tc := range []struct {
+		name    string
+		short   []int
+		reads   int
+		faults  []Fault
+		flagged int
+	}{
+		{"two masters short at three readings", []int{3, 4}, 3, nil, 2},
+		{"one master short", []int{4}, 3, nil, 0},
+		{"two masters short once", []int{3, 4}, 1, nil, 0},
+		{"two masters short, a master paused", []int{3, 4}, 3, []Fault{{Kind: fServerPause, Target: "redis3", Start: ms(50), End: ms(80)}}, 0},
+		{"two masters short, another process paused", []int{3, 4}, 3, []Fault{{Kind: fClientPause, Proc: "b", Target: "b", Start: ms(50), End: ms(80)}}, 2},
+	} {
+		r := run(tc.short, tc.reads, tc.faults)
+		if r.Anomalies[aMastersShort] != tc.flagged {
+			t.Errorf("%s: %v, want %s %d", tc.name, r.Anomalies, aMastersShort, tc.flagged)
 		}
 	}
 }

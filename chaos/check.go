@@ -29,6 +29,7 @@ type Hold struct {
 	Outer     string
 	Read      bool    // a read-side hold (the rw backend): it shares its key with other read holds
 	Late      int64   // Event.Late of its acquisition
+	untils    []Event // opUntil: its deadline read every 100 ms of a redlock long section (checkRenewalCopies)
 	thin      []Event // opThin: its raised deadline less than half the raised TTL ahead (client.go, checkRaised)
 	outer     *Hold
 	level     bool    // a re-entry that carried its outer hold's token: one more level of it, not a hold
@@ -331,6 +332,7 @@ func Check(in Input) *Result {
 	r.checkReleaseAnswers(in)
 	r.checkRaisedHolds(in)
 	r.checkTwinLosses(in)
+	r.checkRenewalCopies(in)
 	if in.Backend == "fair" {
 		r.checkFairness(in)
 	}
@@ -457,6 +459,8 @@ func (r *Result) build(in Input) {
 			}
 		case opThin:
 			h.thin = append(h.thin, e)
+		case opUntil:
+			h.untils = append(h.untils, e)
 		case opOverdue:
 			r.violate(aOverdue, e.Key, fmt.Sprintf("%s's lease still believed it held %s %d ms after its own deadline (Until), with Lost open, and %v of running time later",
 				e.Hold, e.Key, e.Val, overdueSlack))

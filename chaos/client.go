@@ -695,6 +695,19 @@ func (w *worker) checkRaised(a *attempt) {
 	}
 }
 
+// noteDeadline records, on Redlock, a's lease's deadline (Until) as an
+// until event: the renewal audit (audit.go) holds the masters' copies of
+// the hold to it.
+func (w *worker) noteDeadline(a *attempt) {
+	l, ok := a.lease.(lock.LeaseStatus)
+	if w.cfg.backend != "redlock" || !ok || closed(a.lease.Lost()) {
+		return
+	}
+	if u := l.Until(); !u.IsZero() {
+		w.rec.Record(Event{G: w.g, Op: opUntil, Key: a.key, Hold: a.hold, Token: a.lease.Token(), Until: monoNow() + int64(time.Until(u))})
+	}
+}
+
 // raiseChecked reports whether backend's holds promise that a re-entry's
 // longer TTL raises the hold's renewals and deadline (checkRaised): the
 // Redis lock's, with one watchdog per hold (lock/doc.go). The RW lock
@@ -741,6 +754,7 @@ func (w *worker) sleep(ctx context.Context, a *attempt, d time.Duration) {
 		case <-tick.C:
 			w.checkOverdue(a)
 			w.checkRaised(a)
+			w.noteDeadline(a)
 		}
 	}
 }

@@ -106,7 +106,7 @@ func newEnv(cfg runConfig, dir string) (e *env, err error) {
 		}
 		targets = e.sql.addrs()
 	case "redlock":
-		if e.redis, err = testserver.NewRedisMasters(5); err != nil {
+		if e.redis, err = testserver.NewRedisMasters(redlockMasters); err != nil {
 			return e, err
 		}
 	case "zk":
@@ -401,6 +401,9 @@ type Resource struct {
 	// NoExpiry (lock, fair) lists the lock hashes the expiry audit saw
 	// without an expiry (audit.go).
 	NoExpiry []NoExpiry `json:"no_expiry,omitempty"`
+	// Copies (redlock) lists the masters' copies of the long keys' holds
+	// the renewal audit saw (audit.go).
+	Copies []MasterCopy `json:"copies,omitempty"`
 }
 
 // AcceptedWrite is one fenced write the resource accepted.

@@ -72,6 +72,7 @@ const (
 	opWrite    = "write"
 	opLost     = "lost"
 	opOverdue  = "overdue" // the lease's own deadline passed (Val: ms ago) and its Lost is still open (worker.checkOverdue)
+	opUntil    = "until"   // redlock: a long section's reading of its lease's deadline (Until, mono), every 100 ms of its work (worker.noteDeadline)
 	opThin     = "thin"    // a hold raised by a re-entry had less than half its raised TTL left (Val: ms left), Lost open (worker.checkRaised)
 	opRelease  = "release"
 	opReleased = "released"

@@ -386,6 +386,15 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 			stopAudit = startAudit(e.redis[0].Addr(), cfg.lockKeys())
 			defer stopAudit() // on an early return
 		}
+		stopCopies := func() []MasterCopy { return nil }
+		if cfg.backend == "redlock" && len(cfg.keyLives()) > 0 {
+			var addrs []string
+			for _, r := range e.redis {
+				addrs = append(addrs, r.Addr())
+			}
+			stopCopies = startRenewalAudit(addrs, sortedKeys(cfg.keyLives()))
+			defer stopCopies()
+		}
 		stopMarks := func() []MarkDrop { return nil }
 		if cfg.backend == "ids" {
 			stopMarks = startMarkAudit(e.redis[0].Addr())
@@ -416,7 +425,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		meta.HealedAt = monoNow()
 		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
 		meta.StopAt = monoNow()
-		noExpiry := stopAudit()
+		noExpiry, copies := stopAudit(), stopCopies()
 		if cfg.backend == "ids" {
 			if err := writeJSON(filepath.Join(dir, "marks.json"), stopMarks()); err != nil {
 				return err
@@ -446,7 +455,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		if err != nil {
 			return err
 		}
-		res.Lines, res.NoExpiry = lines, noExpiry
+		res.Lines, res.NoExpiry, res.Copies = lines, noExpiry, copies
 		return writeJSON(filepath.Join(dir, "resource.json"), res)
 	}(); err != nil {
 		return nil, err
