@@ -205,6 +205,20 @@ func TestCheck(t *testing.T) {
 				h.evs[i].Owner = "o1"
 			}
 		}, anomalies: []string{aOwnerTokens}},
+		{name: "twins: two tokens after a deletion", backend: "redlock", build: func(h *hist) {
+			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
+			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
+			h.add(20, "a", opInvoke, twinKey, "a/8/1", 0, "", 0)
+			h.add(23, "a", opAcquired, twinKey, "a/8/1", 101, "", 0)
+			h.add(300, "a", opLost, twinKey, "a/6/1", 100, "", 0)
+			h.add(301, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
+			h.add(302, "a", opReleased, twinKey, "a/6/1", 100, "notheld", 0)
+			h.add(310, "a", opRelease, twinKey, "a/8/1", 101, "", 0)
+			h.add(311, "a", opReleased, twinKey, "a/8/1", 101, "ok", 0)
+			for i := range h.evs {
+				h.evs[i].Owner = "o1"
+			}
+		}, faults: []Fault{{Kind: fLockDelete, Start: ms(5), End: ms(15)}}},
 		{name: "twins: a loss with no fault", backend: "redlock", build: func(h *hist) {
 			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
 			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)

@@ -186,10 +186,20 @@ func runClient(args []string) error {
 		}()
 	}
 	if hasTwins(cfg.backend) {
-		var twins [2]*worker
+		// The third twin obtains through a Client of its own.
+		other, closeOther, err := dialLocker(ctx, cfg, nil, rec)
+		if err != nil {
+			return err
+		}
+		defer closeOther()
+		var twins [3]*worker
 		for i := range twins {
 			g := cfg.workers + len(cfg.longKeys) + i
-			twins[i] = &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(locker), res: res,
+			l := locker
+			if i == 2 {
+				l = other
+			}
+			twins[i] = &worker{cfg: cfg, g: g, rec: rec, locker: wrapLocker(l), res: res,
 				rnd: rand.New(rand.NewPCG(cfg.seed, uint64(g)))}
 		}
 		wg.Add(1)
@@ -584,15 +594,18 @@ const twinKey = "T0"
 // whose Client counts one owner's levels in process, so that two
 // goroutines of one owner whose rounds race on the masters (each came
 // first on some) must end up with one hold and one token, neither
-// reported lost (redlock/doc.go, mutant 28).
+// reported lost (mutant 28); and whose re-entry through another Client
+// answers the hold's token from any quorum of masters (mutant 29).
 func hasTwins(backend string) bool { return backend == "redlock" }
 
-// twinLoop runs the twins of a process: each round, both goroutines
-// TryObtain twinKey at once with one new owner (TryObtain does not line up
-// in process, so their rounds race on the masters), make a fenced write,
-// work 5-30 ms and release; the next round begins when both are done. The
-// twins of different processes contend for the key as different owners.
-func twinLoop(ctx context.Context, twins [2]*worker) {
+// twinLoop runs the twins of a process: each round, the three goroutines
+// TryObtain twinKey at once with one new owner, the first two through the
+// process's Client (TryObtain does not line up in process, so their rounds
+// race on the masters), the third through a Client of its own (a re-entry
+// on the masters); each makes a fenced write, works 5-30 ms and releases;
+// the next round begins when all are done. The twins of different
+// processes contend for the key as different owners.
+func twinLoop(ctx context.Context, twins [3]*worker) {
 	var wg sync.WaitGroup
 	for ctx.Err() == nil {
 		owner := fmt.Sprintf("%s/t-%s", twins[0].cfg.proc, lock.NewOwner())
