@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/coordkit/coordkit/redlock"
 )
 
 // Hold is one lock.Do call, rebuilt from its events.
@@ -29,6 +31,7 @@ type Hold struct {
 	Outer     string
 	Read      bool    // a read-side hold (the rw backend): it shares its key with other read holds
 	Late      int64   // Event.Late of its acquisition
+	Until     int64   // Event.Until of its acquisition: its deadline as Obtain returned it
 	untils    []Event // opUntil: its deadline read every 100 ms of a redlock long section (checkRenewalCopies)
 	thin      []Event // opThin: its raised deadline less than half the raised TTL ahead (client.go, checkRaised)
 	outer     *Hold
@@ -140,6 +143,7 @@ const (
 	aRaisedThin     = "raised-ttl-not-kept"
 	aOwnerTokens    = "owner-token-split"
 	aTwinLost       = "twin-lost-unexplained"
+	aNoDrift        = "validity-without-drift"
 	dOverlap        = "overlap-documented-reported"
 	dLostUpdate     = "lost-update-documented"
 	iRefusedFresh   = "fenced-write-refused"
@@ -333,6 +337,7 @@ func Check(in Input) *Result {
 	r.checkRaisedHolds(in)
 	r.checkTwinLosses(in)
 	r.checkRenewalCopies(in)
+	r.checkRedlockValidity(in)
 	if in.Backend == "fair" {
 		r.checkFairness(in)
 	}
@@ -428,7 +433,7 @@ func (r *Result) build(in Input) {
 			h.Invoke, h.Owner, h.Outer, h.invoked = e.Mono, e.Owner, e.Outer, true
 			h.Read = e.Mode == modeRead
 		case opAcquired:
-			h.Acquired, h.Token, h.Late = e.Mono, e.Token, e.Late
+			h.Acquired, h.Token, h.Late, h.Until = e.Mono, e.Token, e.Late, e.Until
 		case opFail:
 			h.Fail = e.Res
 			switch {
@@ -1152,6 +1157,30 @@ func (r *Result) checkReleaseAnswers(in Input) {
 		if !explained {
 			r.violate(aNotHeldUnexpl, h.Key, fmt.Sprintf("%s's release answered \"not held\" with no fault that can have ended the hold from %v before its invocation to the answer, and no stall of %s",
 				h.ID, in.lifeOf(h.Key), h.Proc), h)
+		}
+	}
+}
+
+// checkRedlockValidity: a Redlock lease's deadline as Obtain returned it
+// lies more than its TTL less the drift allowance after the return
+// (redlock/doc.go: the lease is trusted for TTL − elapsed − drift from the
+// start of its round, drift = TTL·0.01 + 2 ms, redlock.Drift; the round
+// started before Obtain returned, so the deadline can lie at most TTL −
+// drift after that). Outermost holds only (a re-entry answers its hold's
+// deadline, of the hold's TTL), with their key's TTL (the workloads'
+// outermost calls ask for it). Mutant 12 dropped the drift.
+func (r *Result) checkRedlockValidity(in Input) {
+	if in.Backend != "redlock" {
+		return
+	}
+	for _, h := range sortedHolds(r.holds) {
+		if h.Outer != "" || h.Acquired == 0 || h.Until <= 0 {
+			continue
+		}
+		life := in.lifeOf(h.Key)
+		if ahead := time.Duration(h.Until - h.Acquired); ahead > life-redlock.Drift(life)+time.Millisecond {
+			r.violate(aNoDrift, h.Key, fmt.Sprintf("%s's lease returned with its deadline %v ahead, more than its TTL %v less the drift allowance %v",
+				h.ID, ahead, life, redlock.Drift(life)), h)
 		}
 	}
 }

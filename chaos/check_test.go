@@ -219,6 +219,24 @@ func TestCheck(t *testing.T) {
 				h.evs[i].Owner = "o1"
 			}
 		}, faults: []Fault{{Kind: fLockDelete, Start: ms(5), End: ms(15)}}},
+		// Redlock's validity leaves the drift (TTL·0.01 + 2 ms, 12 ms
+		// for 1 s): a deadline 990 ms after the return is past it.
+		{name: "redlock: a deadline without the drift", backend: "redlock", build: func(h *hist) {
+			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
+			for i := range h.evs {
+				if h.evs[i].Op == opAcquired {
+					h.evs[i].Until = h.evs[i].Mono + 990e6
+				}
+			}
+		}, accepted: []AcceptedWrite{{"a/0/1", 100}}, anomalies: []string{aNoDrift}},
+		{name: "redlock: a deadline with the drift", backend: "redlock", build: func(h *hist) {
+			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
+			for i := range h.evs {
+				if h.evs[i].Op == opAcquired {
+					h.evs[i].Until = h.evs[i].Mono + 987e6
+				}
+			}
+		}, accepted: []AcceptedWrite{{"a/0/1", 100}}},
 		{name: "twins: a loss with no fault", backend: "redlock", build: func(h *hist) {
 			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
 			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)

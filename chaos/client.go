@@ -837,7 +837,8 @@ func (a *attempt) obtain(ctx context.Context, key string, obtain func(context.Co
 		// lock docs: "at once") is recorded before the acquisition.
 		a.outer.pollLost()
 	}
-	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner, Late: a.lateAtReturn(l)})
+	late := a.lateAtReturn(l)
+	a.rec.Record(Event{G: a.g, Op: opAcquired, Key: key, Hold: a.hold, Token: l.Token(), Owner: a.owner, Late: late, Until: a.until.Load()})
 	a.lease = l
 	a.key = key
 	a.done = make(chan struct{})

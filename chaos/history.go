@@ -34,9 +34,10 @@ type Event struct {
 	// it, at least 1; -1: the lease was already reported lost (Until
 	// zero); 0: neither.
 	Late int64 `json:"late,omitempty"`
-	// Until (lost): the lease's own deadline as the holder last read it
-	// (CLOCK_MONOTONIC ns; 0 if never read), at its acquisition or in its
-	// section's work.
+	// Until: the lease's own deadline (CLOCK_MONOTONIC ns; 0 if never
+	// read): as Obtain returned it (acquired); as the holder last read it,
+	// at its acquisition or in its section's work (lost); as read in a
+	// Redlock long section (until).
 	Until int64 `json:"until,omitempty"`
 	Val   int64 `json:"v,omitempty"` // counter value read or written
 	// The ids backend (ids.go): the part (zk, redis, seg), the process's
