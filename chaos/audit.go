@@ -350,6 +350,18 @@ func startRenewalAudit(addrs, keys []string) (stop func() []MasterCopy) {
 	}
 }
 
+// renewalReach is how long after a renewal round's quorum its late
+// masters may still run it: redlock lets each master's command take the
+// slow bound, 20 × the node timeout (20 ms by default: the chaos clients'),
+// plus slack for a loaded host. A deadline read at t was set by a round
+// that every master has run by t + renewalReach; only copies seen from
+// then on are held to it. copyWindow is how long after that they are
+// looked at (the next reading's window follows).
+const (
+	renewalReach = 450 * time.Millisecond
+	copyWindow   = 100 * time.Millisecond
+)
+
 // copySlack is how far before a holder's deadline a master's copy may
 // expire and still count as keeping it (the deadline is read in the
 // client process, the copy's expiry by the orchestrator: clock reads
@@ -358,8 +370,8 @@ const copySlack = 5 * time.Millisecond
 
 // checkRenewalCopies: for each until reading of a hold (redlock's long
 // sections), the masters whose copy of the hold, seen by the renewal audit
-// before the next reading (and while the holder still believed), would
-// expire before the deadline read. N − quorum such masters or more at two
+// in the copyWindow that begins renewalReach after the reading (while the
+// holder still believed), would expire before the deadline read. N − quorum such masters or more at two
 // readings in a row, with no fault on a master or on the holder's process
 // and no stall of it from a lease life and the report bound before, breaks
 // redlock/doc.go's promise that a hold survives one master losing its
@@ -382,14 +394,14 @@ func (r *Result) checkRenewalCopies(in Input) {
 		prevShort, flagged := false, 0
 		var worst []int
 		var worstAt Event
-		for i, u := range h.untils {
-			end := h.ownEnd()
-			if i+1 < len(h.untils) {
-				end = min(end, h.untils[i+1].Mono)
-			}
+		for _, u := range h.untils {
+			// The copies seen a renewal's reach after the reading, and
+			// before the next reading's window, while h was believed.
+			from := u.Mono + renewalReach.Nanoseconds()
+			end := min(h.ownEnd(), from+copyWindow.Nanoseconds())
 			latest := map[int]MasterCopy{}
 			for _, c := range cs {
-				if c.Mono > u.Mono && c.Mono <= end {
+				if c.Mono > from && c.Mono <= end {
 					latest[c.Master] = c
 				}
 			}
@@ -400,6 +412,9 @@ func (r *Result) checkRenewalCopies(in Input) {
 				}
 			}
 			isShort := len(short) >= redlockMasters-redlockQuorum && !r.copiesExcused(in, h, u.Mono, end)
+			if end <= from {
+				isShort = false // h ended first: nothing seen
+			}
 			if isShort && prevShort {
 				flagged++
 				if len(short) > len(worst) {

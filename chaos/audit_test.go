@@ -158,7 +158,7 @@ func TestRenewalCopies(t *testing.T) {
 				if slices.Contains(shortMasters, m) && i < int64(readings) {
 					exp = ms(2500)
 				}
-				copies = append(copies, MasterCopy{Master: m, Key: "L1", Owner: "o1", Exp: exp, Mono: ms(at + 50)})
+				copies = append(copies, MasterCopy{Master: m, Key: "L1", Owner: "o1", Exp: exp, Mono: ms(at + 500)})
 			}
 		}
 		h.add(1000, "a", opRelease, "L1", "a/4/1", 100, "", 0)

@@ -172,6 +172,14 @@ func runClient(args []string) error {
 	res := redis.NewClient(&redis.Options{Addr: cfg.resource})
 	defer res.Close()
 
+	var other lock.Locker // the third twin's Client (twinLoop)
+	if hasTwins(cfg.backend) {
+		var closeOther func()
+		if other, closeOther, err = dialLocker(ctx, cfg, nil, rec); err != nil {
+			return err
+		}
+		defer closeOther()
+	}
 	var wg sync.WaitGroup
 	for g := range cfg.workers {
 		wg.Add(1)
@@ -186,12 +194,6 @@ func runClient(args []string) error {
 		}()
 	}
 	if hasTwins(cfg.backend) {
-		// The third twin obtains through a Client of its own.
-		other, closeOther, err := dialLocker(ctx, cfg, nil, rec)
-		if err != nil {
-			return err
-		}
-		defer closeOther()
 		var twins [3]*worker
 		for i := range twins {
 			g := cfg.workers + len(cfg.longKeys) + i
@@ -598,24 +600,32 @@ const twinKey = "T0"
 // answers the hold's token from any quorum of masters (mutant 29).
 func hasTwins(backend string) bool { return backend == "redlock" }
 
-// twinLoop runs the twins of a process: each round, the three goroutines
-// TryObtain twinKey at once with one new owner, the first two through the
-// process's Client (TryObtain does not line up in process, so their rounds
-// race on the masters), the third through a Client of its own (a re-entry
-// on the masters); each makes a fenced write, works 5-30 ms and releases;
-// the next round begins when all are done. The twins of different
+// twinLoop runs the twins of a process: each round, with one new owner,
+// the first two TryObtain twinKey at once through the process's Client
+// (TryObtain does not line up in process, so their rounds race on the
+// masters), and the third through a Client of its own once the first's
+// TryObtain returned (a re-entry on the masters, whose token must be at
+// least the first's); each makes a fenced write, works 5-30 ms and
+// releases; the next round begins when all are done. The twins of different
 // processes contend for the key as different owners.
 func twinLoop(ctx context.Context, twins [3]*worker) {
 	var wg sync.WaitGroup
 	for ctx.Err() == nil {
 		owner := fmt.Sprintf("%s/t-%s", twins[0].cfg.proc, lock.NewOwner())
-		start := make(chan struct{})
-		for _, w := range twins {
+		start, first := make(chan struct{}), make(chan struct{})
+		for i, w := range twins {
+			wait, tried := start, chan struct{}(nil)
+			switch i {
+			case 0:
+				tried = first
+			case 2:
+				wait = first
+			}
 			wg.Add(1)
 			go func() { // owned by this round
 				defer wg.Done()
-				<-start
-				w.twinRound(ctx, owner)
+				<-wait
+				w.twinRound(ctx, owner, tried)
 			}()
 		}
 		close(start)
@@ -624,15 +634,19 @@ func twinLoop(ctx context.Context, twins [3]*worker) {
 	}
 }
 
-// twinRound is one twin's round: TryObtain, a fenced write and 5-30 ms of
-// work (ended by the lease's loss), then the release.
-func (w *worker) twinRound(ctx context.Context, owner string) {
+// twinRound is one twin's round: TryObtain (then tried, if not nil, is
+// closed), a fenced write and 5-30 ms of work (ended by the lease's loss),
+// then the release.
+func (w *worker) twinRound(ctx context.Context, owner string, tried chan<- struct{}) {
 	w.n++
 	a := &attempt{inner: w.locker, rec: w.rec, g: w.g, hold: fmt.Sprintf("%s/%d/%d", w.cfg.proc, w.g, w.n), owner: owner}
 	defer a.wait()
 	tctx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
 	defer cancel()
 	l, err := a.TryObtain(tctx, twinKey, lock.WithTTL(w.cfg.ttl))
+	if tried != nil {
+		close(tried)
+	}
 	if err != nil {
 		return
 	}

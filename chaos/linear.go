@@ -121,8 +121,6 @@ var rwModel = porcupine.Model{
 // linearTimeout bounds porcupine per key.
 const linearTimeout = 60 * time.Second
 
-// checkLinearizable checks each key's history against the mutex model,
-// and writes porcupine's visualization next to the report on a violation.
 // mayHaveWiped reports whether a fault under which h's backend documents
 // a lost hold (documentedFaults) overlapped h, from its request to its
 // release's answer.
@@ -136,6 +134,8 @@ func mayHaveWiped(in Input, h *Hold) bool {
 	return false
 }
 
+// checkLinearizable checks each key's history against the mutex model,
+// and writes porcupine's visualization next to the report on a violation.
 func (r *Result) checkLinearizable(in Input) {
 	clients := map[string]int{}
 	clientOf := func(h *Hold) int {
