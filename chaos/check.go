@@ -1187,6 +1187,11 @@ func (r *Result) checkReleaseAnswers(in Input) {
 		if h.RelRes != "notheld" || h.Acquired == 0 {
 			continue
 		}
+		// A lease reported lost before its release stays lost, and its
+		// release answers so: replies lost for longer than its TTL end
+		// it at its deadline on the client's clock, though every
+		// renewal ran (fair, long profile, seed 2).
+		lostFirst := h.Lost != 0 && h.Lost <= h.Release
 		if !redis && h.Released-h.Release > slowRelease.Nanoseconds() {
 			// sqllock: the release waited for a session check in flight
 			// (a slow database), which may have run past the lease's
@@ -1197,7 +1202,7 @@ func (r *Result) checkReleaseAnswers(in Input) {
 		from, to := h.Invoke-in.lifeOf(h.Key).Nanoseconds(), h.Released
 		explained := false
 		for _, f := range in.Faults {
-			if f.Err != "" || redis && (f.Kind == fReplyLost || f.Kind == fProxyCut) || f.Proc != "" && f.Proc != h.Proc {
+			if f.Err != "" || redis && !lostFirst && (f.Kind == fReplyLost || f.Kind == fProxyCut) || f.Proc != "" && f.Proc != h.Proc {
 				continue
 			}
 			if f.Start <= to && f.End >= from {

@@ -141,6 +141,13 @@ func TestCheck(t *testing.T) {
 		}, faults: []Fault{{Kind: fReplyLost, Proc: "a", Start: ms(50), End: ms(150)},
 			{Kind: fClientPause, Proc: "b", Start: ms(20), End: ms(90)}},
 			accepted: []AcceptedWrite{{"a/0/1", 100}}, anomalies: []string{aNotHeldUnexpl}},
+		// Replies lost for longer than the TTL end the lease at its
+		// deadline (Lost), and its release then answers "not held".
+		{name: "notheld release of a lease lost while its replies were lost", backend: "fair", build: func(h *hist) {
+			h.section(0, 1500, "a", "k0", "a/0/1", 100, 0, "notheld")
+			h.add(1400, "a", opLost, "k0", "a/0/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fReplyLost, Proc: "a", Start: ms(300), End: ms(1300)}},
+			accepted: []AcceptedWrite{{"a/0/1", 100}}},
 		{name: "notheld release after a server restart", backend: "fair", build: func(h *hist) {
 			h.section(2000, 2100, "a", "k0", "a/0/1", 100, 0, "notheld")
 		}, faults: []Fault{{Kind: fRestartNoData, Start: ms(1500), End: ms(1600)}},
