@@ -160,6 +160,7 @@ const (
 	iStallExcused   = "overlap-after-stall"
 	iGrantLost      = "grant-lost-at-return"
 	iThinExcused    = "raised-thin-after-fault"
+	iTryRefused     = "twin-try-refused"
 )
 
 // Violation is one anomaly with the shortest excerpt of history that shows it.
@@ -439,6 +440,8 @@ func (r *Result) build(in Input) {
 			switch {
 			case strings.HasSuffix(e.Hold, reentrySuffix):
 				r.Info[iReentryFail]++
+			case e.Key == twinKey && e.Res == "notobtained":
+				r.Info[iTryRefused]++
 			case e.Res == "timeout" || e.Res == "notobtained":
 				r.Info[iTimeouts]++
 			default:

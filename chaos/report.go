@@ -141,6 +141,16 @@ func (r *Report) infoNotes() []string {
 				"liveness checks bound (%s, %s).", k, n, what, aStuck, aLiveness))
 		}
 	}
+	if n := r.Info[iTryRefused]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: the twins' TryObtain calls (redlock, key %s) that found the key "+
+			"held by another owner and returned lock.ErrNotObtained at once, as TryObtain does; the twins try again "+
+			"every few milliseconds.", iTryRefused, n, twinKey))
+	}
+	if n := r.Info[iThinExcused]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d: readings of a raised hold's deadline less than half its raised TTL "+
+			"ahead, each with a fault on its process or a server, or a stall of it, shortly before (its renewals could "+
+			"not get through); one with neither is a %s anomaly.", iThinExcused, n, aRaisedThin))
+	}
 	if n := r.Info[iReentryFail]; n > 0 {
 		notes = append(notes, fmt.Sprintf("%s %d: nested lock.Do calls that ended in an error (their hold lost or a "+
 			"server unreachable); a nested level that got another token than its hold's is a %s anomaly.",
