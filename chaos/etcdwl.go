@@ -26,6 +26,12 @@ const (
 	fEtcdMemberKill  = "etcd-member-kill"  // kill -9 a member, restart it from its data directory
 	fEtcdLeaderKill  = "etcd-leader-kill"  // kill -9 the member that leads, restart it from its data directory
 	fEtcdLeaderPause = "etcd-leader-pause" // SIGSTOP the member that leads past an election, then SIGCONT
+	// fEtcdPartition partitions a member (the leader half the time) from
+	// its peers past an election (testserver.Etcd.IsolateMember), while
+	// the clients that reach it still do: it cannot commit, an isolated
+	// leader steps down after its election timeout, and the others elect
+	// a leader of their own.
+	fEtcdPartition = "etcd-member-partition"
 )
 
 // etcdHealWait bounds the wait for every member to serve again after the
@@ -109,6 +115,21 @@ func (e *env) applyEtcd(ctx context.Context, s step, f *Fault) (bool, error) {
 			return true, etcdKill(ctx, nodes[i], s.Dur)
 		}
 		return true, etcdPause(ctx, nodes[i], s.Dur)
+	case fEtcdPartition:
+		i := s.Target % len(nodes)
+		if s.Target%2 == 0 {
+			var err error
+			if i, err = e.etcdLeader(ctx); err != nil {
+				return true, err
+			}
+			f.Detail = "the leader"
+		}
+		f.Target = nodes[i].Name()
+		if err := e.etcd.IsolateMember(i, true); err != nil {
+			return true, err
+		}
+		sleepCtx(ctx, s.Dur)
+		return true, e.etcd.IsolateMember(i, false)
 	case fEtcdLeaderKill, fEtcdLeaderPause:
 		i, err := e.etcdLeader(ctx)
 		if err != nil {
@@ -147,7 +168,10 @@ func etcdPause(ctx context.Context, n *testserver.EtcdNode, d time.Duration) err
 // liveness check counts from the heal.
 func healEtcd(c *testserver.Etcd) error {
 	var errs []error
-	for _, n := range c.Nodes() {
+	for i, n := range c.Nodes() {
+		if err := c.IsolateMember(i, false); err != nil {
+			errs = append(errs, err)
+		}
 		n.Resume()
 		if err := n.Start(); err != nil {
 			errs = append(errs, err)

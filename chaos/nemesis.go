@@ -136,7 +136,7 @@ func faultKinds(backend string) []string {
 	case "zk":
 		return append(common, fZKExpire, fZKNodeKill, fZKNotifyPart)
 	case "etcd":
-		return append(common, fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause)
+		return append(common, fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause, fEtcdPartition)
 	case "ids":
 		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
 			fZKExpire, fZKNodeKill}
@@ -274,6 +274,10 @@ func plan(cfg runConfig) []step {
 			// up to twice the lease: the old leader, resumed, must not
 			// act on what it believed before.
 			s.Dur = span(time.Second, life*2)
+		case fEtcdPartition:
+			// The same span, so that the leases of the clients that
+			// reach only the partitioned member run out meanwhile.
+			s.Target, s.Dur = rnd.IntN(2*serverCount(cfg.backend)), span(time.Second, life*2)
 		case fRestartKeep, fRestartNoData, fZKNodeKill:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(100*time.Millisecond, 1500*time.Millisecond)
 		case fRestartSnapshot:

@@ -43,6 +43,18 @@ type EtcdNode struct {
 	peerPort   int
 	dir        string
 	proc       *process
+	// peer (in a cluster) is the proxy in front of the member's peer
+	// port: the address it advertises to the others, so that
+	// IsolateMember can partition it.
+	peer *Proxy
+}
+
+// peerURL is the peer URL the member advertises.
+func (n *EtcdNode) peerURL() string {
+	if n.peer != nil {
+		return "http://" + n.peer.Addr()
+	}
+	return "http://" + addr(n.peerPort)
 }
 
 // Addr returns the member's client address, "127.0.0.1:port", the same
@@ -196,9 +208,22 @@ func newEtcdOnce(n int) (*Etcd, error) {
 			}
 		}
 	}
-	var initial []string
+	e := &Etcd{}
 	for i := range n {
-		initial = append(initial, fmt.Sprintf("etcd%d=http://%s", i+1, addr(ports[2*i+1])))
+		e.nodes = append(e.nodes, &EtcdNode{name: fmt.Sprintf("etcd%d", i+1), clientPort: ports[2*i], peerPort: ports[2*i+1]})
+	}
+	if n > 1 {
+		for _, node := range e.nodes {
+			if node.peer, err = NewProxy(addr(node.peerPort)); err != nil {
+				e.Close()
+				return nil, err
+			}
+			node.peer.SetLabeler(etcdPeerLabel)
+		}
+	}
+	var initial []string
+	for _, node := range e.nodes {
+		initial = append(initial, node.name+"="+node.peerURL())
 	}
 	// The member's own flags only: an ETCD_* variable in the environment
 	// would set a flag too (etcd reads them), as Debian's /etc/default/etcd
@@ -210,15 +235,13 @@ func newEtcdOnce(n int) (*Etcd, error) {
 		}
 	}
 	token := fmt.Sprintf("coordkit-%d-%d", os.Getpid(), time.Now().UnixNano())
-	e := &Etcd{}
-	for i := range n {
+	for _, node := range e.nodes {
 		dir, err := tempDir("etcd")
 		if err != nil {
 			e.Close()
 			return nil, err
 		}
-		node := &EtcdNode{name: fmt.Sprintf("etcd%d", i+1), clientPort: ports[2*i], peerPort: ports[2*i+1], dir: dir}
-		e.nodes = append(e.nodes, node)
+		node.dir = dir
 		client, peer := "http://"+node.Addr(), "http://"+addr(node.peerPort)
 		node.proc = &process{
 			name: fmt.Sprintf("etcd %s :%d", node.name, node.clientPort), bin: bin, dir: dir, env: env,
@@ -227,7 +250,7 @@ func newEtcdOnce(n int) (*Etcd, error) {
 				"--name", node.name,
 				"--data-dir", filepath.Join(dir, "data"),
 				"--listen-client-urls", client, "--advertise-client-urls", client,
-				"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+				"--listen-peer-urls", peer, "--initial-advertise-peer-urls", node.peerURL(),
 				"--initial-cluster", strings.Join(initial, ","),
 				"--initial-cluster-state", "new", "--initial-cluster-token", token,
 				"--heartbeat-interval", strconv.Itoa(int(EtcdHeartbeat.Milliseconds())),
@@ -398,11 +421,59 @@ func (e *Etcd) Close() { e.close(false) }
 
 func (e *Etcd) close(keepLogs bool) {
 	for _, n := range e.nodes {
-		n.proc.kill()
+		if n.proc != nil {
+			n.proc.kill()
+		}
+		if n.peer != nil {
+			n.peer.Close()
+		}
+		if n.dir == "" {
+			continue
+		}
 		if keepLogs {
 			removeKeepingLogs(n.dir)
 		} else {
 			os.RemoveAll(n.dir)
 		}
 	}
+}
+
+// IsolateMember partitions member i from the other members (on: true) or
+// heals that partition (on: false): every byte between it and its peers is
+// held, both ways, on the connections open and on new ones, while its
+// clients still reach it. A cluster's members talk through a proxy in front
+// of each one's peer port (the address each advertises); a member's own
+// connections to the others are told apart by the peer URLs that etcd's
+// peer transport sends with every request. An isolated leader keeps
+// believing it leads until its election timeout passes without a quorum's
+// answers; the others elect a new one.
+func (e *Etcd) IsolateMember(i int, on bool) error {
+	if i < 0 || i >= len(e.nodes) || e.nodes[i].peer == nil {
+		return fmt.Errorf("testserver: isolate etcd member %d of %d: not a cluster member", i, len(e.nodes))
+	}
+	n := e.nodes[i]
+	n.peer.SetBlackhole(on) // what the others send it
+	for _, o := range e.nodes {
+		if o != n {
+			o.peer.SetIsolated(n.peerURL(), on) // what it sends them
+		}
+	}
+	return nil
+}
+
+// etcdPeerLabel names an etcd peer connection's source: the sender's peer
+// URLs, which etcd's peer transport (rafthttp) sends in the X-PeerURLs
+// header of its stream and pipeline requests; "" without one.
+func etcdPeerLabel(first []byte) string {
+	const h = "\r\nx-peerurls:"
+	i := bytes.Index(bytes.ToLower(first), []byte(h))
+	if i < 0 {
+		return ""
+	}
+	v := first[i+len(h):]
+	if j := bytes.Index(v, []byte("\r\n")); j >= 0 {
+		v = v[:j]
+	}
+	u, _, _ := strings.Cut(strings.TrimSpace(string(v)), ",")
+	return u
 }

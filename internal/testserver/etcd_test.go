@@ -1,11 +1,7 @@
 package testserver_test
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -15,22 +11,7 @@ import (
 // etcdCall posts one request to etcd's JSON gateway (/v3/...), which the
 // root module uses here instead of etcd's client (kept out of its module
 // graph), and decodes the reply into out.
-func etcdCall(addr, path string, in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Post("http://"+addr+"/v3/"+path, "application/json", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
+var etcdCall = testserver.EtcdGateway
 
 func etcdPut(addr, key, value string) error {
 	var out map[string]any
@@ -148,5 +129,62 @@ func TestEtcdRemoveMember(t *testing.T) {
 	}
 	if err := e.RemoveMember(0); err == nil {
 		t.Fatal("a second removal of the same member: nil error")
+	}
+}
+
+// TestEtcdIsolateMember: the leader, partitioned from its peers, can no
+// longer commit (a write through it fails) while the other two elect a
+// leader and serve writes; healed, it catches up (a linearizable read
+// through it returns the majority's write).
+func TestEtcdIsolateMember(t *testing.T) {
+	e := testserver.StartEtcdCluster(t, 3)
+	ns := e.Nodes()
+	leader := -1
+	for deadline := time.Now().Add(20 * time.Second); leader < 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no member reports itself the leader")
+		}
+		for i, n := range ns {
+			var st struct {
+				Header struct {
+					MemberID string `json:"member_id"`
+				}
+				Leader string
+			}
+			if err := etcdCall(n.Addr(), "maintenance/status", struct{}{}, &st); err == nil && st.Leader != "" && st.Leader == st.Header.MemberID {
+				leader = i
+			}
+		}
+	}
+	if err := e.IsolateMember(leader, true); err != nil {
+		t.Fatal(err)
+	}
+	other := ns[(leader+1)%len(ns)]
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err = etcdPut(other.Addr(), "k", "majority"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the majority did not serve a write within 20 s of the leader's isolation: %v", err)
+		}
+	}
+	if err := etcdPut(ns[leader].Addr(), "k", "isolated"); err == nil {
+		t.Fatal("a write through the isolated member succeeded")
+	}
+	if err := e.IsolateMember(leader, false); err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if v, err = etcdGet(ns[leader].Addr(), "k"); err == nil && v == "majority" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read through the healed member: %q, %v; want the majority's write", v, err)
+		}
+	}
+	if err := e.IsolateMember(len(ns), true); err == nil {
+		t.Fatal("IsolateMember of a member that does not exist: no error")
 	}
 }

@@ -25,9 +25,14 @@ type Proxy struct {
 	holdDown  bool // bytes to the client are held (SetBlackholeToClient)
 	closed    bool
 	conns     map[*proxyConn]struct{}
+	label     func(first []byte) string // names a connection's source (SetLabeler)
+	isolated  map[string]bool           // sources whose connections are held (SetIsolated)
 }
 
-type proxyConn struct{ client, server net.Conn }
+type proxyConn struct {
+	client, server net.Conn
+	src            string // its source, named by the labeler from its first bytes; protected by Proxy.mu
+}
 
 func (c *proxyConn) close() {
 	c.client.Close()
@@ -43,7 +48,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[*proxyConn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[*proxyConn]struct{}{}, isolated: map[string]bool{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -110,6 +115,31 @@ func (p *Proxy) SetBlackholeToClient(on bool) {
 	p.mu.Unlock()
 }
 
+// SetLabeler makes the proxy name each new connection's source from the
+// first bytes it carries to the server (label returns "" when it cannot
+// tell), for SetIsolated: a server's peers all dial the same address, and
+// only what they send says who they are (etcd's peers send their own peer
+// URLs in a header).
+func (p *Proxy) SetLabeler(label func(first []byte) string) {
+	p.mu.Lock()
+	p.label = label
+	p.mu.Unlock()
+}
+
+// SetIsolated holds every byte in both directions of the connections whose
+// source (SetLabeler) is src, existing and new ones, until it is turned off
+// again (or the connection is cut).
+func (p *Proxy) SetIsolated(src string, on bool) {
+	p.mu.Lock()
+	if on {
+		p.isolated[src] = true
+	} else {
+		delete(p.isolated, src)
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
 // Cut closes every existing connection (both sides); new ones are still accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -128,6 +158,7 @@ func (p *Proxy) Reset() {
 	p.mu.Lock()
 	p.latency, p.dropNew, p.blackhole = 0, false, false
 	p.holdUp, p.holdDown = false, false
+	p.isolated = map[string]bool{}
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
@@ -219,13 +250,18 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn, toServer bool) {
 	go func() { // the reader; it ends when src is closed or fails
 		defer p.wg.Done()
 		defer close(q)
+		first := toServer
 		for {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
 				lat := p.latency
+				if first && p.label != nil {
+					pc.src = p.label(buf[:n])
+				}
 				p.mu.Unlock()
+				first = false
 				q <- chunk{buf[:n], time.Now().Add(lat)}
 			}
 			if err != nil {
@@ -262,7 +298,7 @@ func (p *Proxy) waitOpen(pc *proxyConn, toServer bool) bool {
 		if _, live := p.conns[pc]; !live || p.closed {
 			return false
 		}
-		held := p.blackhole || (toServer && p.holdUp) || (!toServer && p.holdDown)
+		held := p.blackhole || (toServer && p.holdUp) || (!toServer && p.holdDown) || pc.src != "" && p.isolated[pc.src]
 		if !held {
 			return true
 		}

@@ -1,0 +1,4 @@
+package testserver
+
+// EtcdGateway is etcdGateway for the external tests.
+var EtcdGateway = etcdGateway
