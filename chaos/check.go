@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/coordkit/coordkit/redlock"
 )
 
 // Hold is one lock.Do call, rebuilt from its events.
@@ -667,15 +665,20 @@ func sortedHolds(m map[string]*Hold) []*Hold {
 // checkTokens: every fresh acquisition's token is larger than the tokens of
 // all acquisitions of its key that completed before it began.
 // liveLevel reports whether b, on the twins' key, carries the token of a
-// hold of its owner acquired before b asked and not ended by then: one
-// more level of that hold (client.go, twinLoop), whose token another
-// racing level of the owner may exceed (redlock/doc.go).
+// hold of its owner acquired before b asked and not released (answered)
+// or lost by then: one more level of that hold (client.go, twinLoop),
+// whose token another racing level of the owner may exceed
+// (redlock/doc.go).
 func liveLevel(hs []*Hold, b *Hold) bool {
 	if b.Key != twinKey || b.Owner == "" {
 		return false
 	}
 	for _, h := range hs {
-		if h != b && h.Owner == b.Owner && h.Token == b.Token && h.Acquired != 0 && h.Acquired < b.Invoke && h.end() > b.Invoke {
+		// Its hold stays on the servers until its release answered (a
+		// re-entry through another Client may come first on them); a
+		// process killed holding ends nothing.
+		ended := h.Released != 0 && h.Released <= b.Invoke || h.Lost != 0 && h.Lost <= b.Invoke
+		if h != b && h.Owner == b.Owner && h.Token == b.Token && h.Acquired != 0 && h.Acquired < b.Invoke && !ended {
 			return true
 		}
 	}
@@ -863,16 +866,18 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	atOnce := in.Backend == "lock" || in.Backend == "fair"
 	for _, h := range []*Hold{a, b} {
 		rep := h.reportedAt()
-		if h == a && rep == 0 && h.Release != 0 && strings.HasPrefix(h.RelRes, "error") {
+		if (h == a || r.heldAt(b, a.Acquired)) && rep == 0 && h.Release != 0 && strings.HasPrefix(h.RelRes, "error") {
 			// Released before anything could tell it (its renewals and
 			// its release cut off: "not confirmed by a quorum", "the
 			// hold expires after its TTL"): its belief ended at the
 			// release, in time if within the bound, as a loss reported
 			// then would have been. A release that answered "ok" for a
 			// hold the servers no longer had is no such end: it said
-			// the hold was there (hole 2, below). Only a's, the hold
-			// the fault can have taken: b's own quick release tells a
-			// nothing.
+			// the hold was there (hole 2, below). Only the hold a fault
+			// can have taken: a's, or b's when b's replies were held
+			// over a's acquisition (freed: its grant wiped while its
+			// answer was out; redlock seed 2, twice); b's own quick
+			// release otherwise tells a nothing.
 			rep = h.Release
 		}
 		if rep == 0 && h.Release == 0 && r.killed[h.Proc] {
@@ -1223,10 +1228,16 @@ func (r *Result) checkReleaseAnswers(in Input) {
 	}
 }
 
+// redlockDrift is the drift allowance redlock/doc.go states for a lease of
+// ttl: ttl·0.01 + 2 ms. The checker states it itself: it judges the
+// library against its doc, so it must not take the library's own
+// redlock.Drift (which mutant 12 sets to zero).
+func redlockDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
 // checkRedlockValidity: a Redlock lease's deadline as Obtain returned it
 // lies more than its TTL less the drift allowance after the return
 // (redlock/doc.go: the lease is trusted for TTL − elapsed − drift from the
-// start of its round, drift = TTL·0.01 + 2 ms, redlock.Drift; the round
+// start of its round, drift = TTL·0.01 + 2 ms, redlockDrift; the round
 // started before Obtain returned, so the deadline can lie at most TTL −
 // drift after that). Outermost holds only (a re-entry answers its hold's
 // deadline, of the hold's TTL), with their key's TTL (the workloads'
@@ -1240,9 +1251,9 @@ func (r *Result) checkRedlockValidity(in Input) {
 			continue
 		}
 		life := in.lifeOf(h.Key)
-		if ahead := time.Duration(h.Until - h.Acquired); ahead > life-redlock.Drift(life)+time.Millisecond {
+		if ahead := time.Duration(h.Until - h.Acquired); ahead > life-redlockDrift(life)+time.Millisecond {
 			r.violate(aNoDrift, h.Key, fmt.Sprintf("%s's lease returned with its deadline %v ahead, more than its TTL %v less the drift allowance %v",
-				h.ID, ahead, life, redlock.Drift(life)), h)
+				h.ID, ahead, life, redlockDrift(life)), h)
 		}
 	}
 }
