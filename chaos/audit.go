@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/redlock"
 )
 
 // The expiry audit (lock, fair): every auditEvery during the run the
@@ -281,7 +282,7 @@ func startRenewalAudit(addrs, keys []string) (stop func() []MasterCopy) {
 	}
 	hashes := make([]string, len(keys))
 	for i, k := range keys {
-		hashes[i] = hashlock.LockKeys(hashlock.DefaultPrefix, k)[0]
+		hashes[i] = hashlock.LockKeys(redlock.DefaultPrefix, k)[0] // redlock/doc.go's key schema
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/redlock"
 )
 
 // TestExpiryAudit: a lock hash without an expiry is seen by the audit and
@@ -117,7 +118,7 @@ func TestRenewalAudit(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srvs[0].Addr()})
 	defer rdb.Close()
 	ctx := context.Background()
-	h := hashlock.LockKeys(hashlock.DefaultPrefix, "L1")[0]
+	h := hashlock.LockKeys(redlock.DefaultPrefix, "L1")[0]
 	if err := rdb.HSet(ctx, h, "o1", 1, "\x00t", 100).Err(); err != nil {
 		t.Fatal(err)
 	}
