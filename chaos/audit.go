@@ -42,6 +42,62 @@ type NoExpiry struct {
 	Mono int64  `json:"mono"`
 }
 
+// auditor runs audit rounds: one goroutine per Redis, each calling its
+// round every period, until stop. A round gets a context bounded by
+// auditEvery (a server paused or restarting answers late or not at all,
+// and its round is skipped: the round reports false); each round that
+// reports true counts in auditRounds.
+type auditor struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	rdbs   []*redis.Client
+	once   sync.Once
+}
+
+func newAuditor() *auditor {
+	a := &auditor{}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	return a
+}
+
+// start dials addr and runs round on it every period.
+func (a *auditor) start(addr string, period time.Duration, round func(ctx context.Context, rdb *redis.Client) bool) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	a.rdbs = append(a.rdbs, rdb)
+	a.wg.Add(1)
+	go func() { // owned by the auditor: ends at stop
+		defer a.wg.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-a.ctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(a.ctx, auditEvery)
+			ok := round(rctx, rdb)
+			rcancel()
+			if ok {
+				auditRounds.Add(1)
+			}
+		}
+	}()
+}
+
+// stop ends every round's goroutine and closes the clients; it is
+// idempotent.
+func (a *auditor) stop() {
+	a.once.Do(func() {
+		a.cancel()
+		a.wg.Wait()
+		for _, rdb := range a.rdbs {
+			rdb.Close()
+		}
+	})
+}
+
 // auditable reports whether backend b's locks are hash locks the audit
 // reads.
 func auditable(b string) bool { return b == "lock" || b == "fair" }
@@ -49,56 +105,31 @@ func auditable(b string) bool { return b == "lock" || b == "fair" }
 // startAudit audits the lock hashes of keys on the Redis at addr until
 // the returned stop is called, which returns what it saw.
 func startAudit(addr string, keys []string) (stop func() []NoExpiry) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	hashes := make([]string, len(keys))
 	for i, k := range keys {
 		hashes[i] = hashlock.LockKeys(hashlock.DefaultPrefix, k)[0]
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		wg   sync.WaitGroup
-		seen []NoExpiry
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(auditEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			// A server paused or restarting answers late or not at all:
-			// that round is skipped.
-			rctx, rcancel := context.WithTimeout(ctx, auditEvery)
-			pipe := rdb.Pipeline()
-			cmds := make([]*redis.DurationCmd, len(hashes))
-			for i, h := range hashes {
-				cmds[i] = pipe.PTTL(rctx, h)
-			}
-			_, err := pipe.Exec(rctx)
-			rcancel()
-			if err != nil {
-				continue
-			}
-			now := monoNow()
-			for i, c := range cmds {
-				if c.Val() == -1 { // go-redis: -1 ns for "exists, no expiry"
-					seen = append(seen, NoExpiry{Key: keys[i], Hash: hashes[i], Mono: now})
-				}
-			}
-			auditRounds.Add(1)
+	var seen []NoExpiry
+	a := newAuditor()
+	a.start(addr, auditEvery, func(ctx context.Context, rdb *redis.Client) bool {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.DurationCmd, len(hashes))
+		for i, h := range hashes {
+			cmds[i] = pipe.PTTL(ctx, h)
 		}
-	}()
-	var once sync.Once
+		if _, err := pipe.Exec(ctx); err != nil {
+			return false
+		}
+		now := monoNow()
+		for i, c := range cmds {
+			if c.Val() == -1 { // go-redis: -1 ns for "exists, no expiry"
+				seen = append(seen, NoExpiry{Key: keys[i], Hash: hashes[i], Mono: now})
+			}
+		}
+		return true
+	})
 	return func() []NoExpiry {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-			rdb.Close()
-		})
+		a.stop()
 		return seen
 	}
 }
@@ -158,67 +189,45 @@ type MarkDrop struct {
 // stop is called, which returns the drops it saw. A key gone (Redis lost
 // it) is forgotten: its next value is not compared with the old one.
 func startMarkAudit(addr string) (stop func() []MarkDrop) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	ctx, cancel := context.WithCancel(context.Background())
 	type reading struct{ v, mono int64 }
 	last := map[string]reading{}
-	var (
-		wg    sync.WaitGroup
-		drops []MarkDrop
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(markAuditEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			rctx, rcancel := context.WithTimeout(ctx, auditEvery)
-			keys, err := rdb.Keys(rctx, markPattern).Result()
-			var vals []any
-			if err == nil && len(keys) > 0 {
-				vals, err = rdb.MGet(rctx, keys...).Result()
-			}
-			rcancel()
-			if err != nil {
-				continue // a server paused or restarting: skip the round
-			}
-			now := monoNow()
-			seen := map[string]bool{}
-			for i, k := range keys {
-				s, ok := vals[i].(string)
-				if !ok {
-					continue
-				}
-				v, err := strconv.ParseInt(s, 10, 64)
-				if err != nil {
-					continue // workerid reports a corrupt mark itself
-				}
-				seen[k] = true
-				if p, ok := last[k]; ok && v < p.v {
-					drops = append(drops, MarkDrop{Key: k, From: p.v, To: v, Prev: p.mono, Mono: now})
-				}
-				last[k] = reading{v, now}
-			}
-			for k := range last {
-				if !seen[k] {
-					delete(last, k)
-				}
-			}
-			auditRounds.Add(1)
+	var drops []MarkDrop
+	a := newAuditor()
+	a.start(addr, markAuditEvery, func(ctx context.Context, rdb *redis.Client) bool {
+		keys, err := rdb.Keys(ctx, markPattern).Result()
+		var vals []any
+		if err == nil && len(keys) > 0 {
+			vals, err = rdb.MGet(ctx, keys...).Result()
 		}
-	}()
-	var once sync.Once
+		if err != nil {
+			return false
+		}
+		now := monoNow()
+		seen := map[string]bool{}
+		for i, k := range keys {
+			s, ok := vals[i].(string)
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				continue // workerid reports a corrupt mark itself
+			}
+			seen[k] = true
+			if p, ok := last[k]; ok && v < p.v {
+				drops = append(drops, MarkDrop{Key: k, From: p.v, To: v, Prev: p.mono, Mono: now})
+			}
+			last[k] = reading{v, now}
+		}
+		for k := range last {
+			if !seen[k] {
+				delete(last, k)
+			}
+		}
+		return true
+	})
 	return func() []MarkDrop {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-			rdb.Close()
-		})
+		a.stop()
 		return drops
 	}
 }
@@ -276,76 +285,48 @@ type MasterCopy struct {
 // startRenewalAudit reads keys' lock hashes on the masters at addrs until
 // the returned stop is called, which returns the copies it saw.
 func startRenewalAudit(addrs, keys []string) (stop func() []MasterCopy) {
-	rdbs := make([]*redis.Client, len(addrs))
-	for i, a := range addrs {
-		rdbs[i] = redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
-	}
 	hashes := make([]string, len(keys))
 	for i, k := range keys {
 		hashes[i] = hashlock.LockKeys(redlock.DefaultPrefix, k)[0] // redlock/doc.go's key schema
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	var (
-		wg     sync.WaitGroup
 		mu     sync.Mutex // protects copies
 		copies []MasterCopy
 	)
-	for m, rdb := range rdbs {
-		wg.Add(1)
-		go func() { // owned by startRenewalAudit: ends at stop
-			defer wg.Done()
-			t := time.NewTicker(auditEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				// A master paused or restarting answers late or not at
-				// all: that round is skipped there.
-				rctx, rcancel := context.WithTimeout(ctx, auditEvery)
-				pipe := rdb.Pipeline()
-				ttls := make([]*redis.DurationCmd, len(hashes))
-				owners := make([]*redis.StringSliceCmd, len(hashes))
-				for i, h := range hashes {
-					ttls[i] = pipe.PTTL(rctx, h)
-					owners[i] = pipe.HKeys(rctx, h)
-				}
-				_, err := pipe.Exec(rctx)
-				rcancel()
-				if err != nil {
+	a := newAuditor()
+	for m, addr := range addrs {
+		a.start(addr, auditEvery, func(ctx context.Context, rdb *redis.Client) bool {
+			pipe := rdb.Pipeline()
+			ttls := make([]*redis.DurationCmd, len(hashes))
+			owners := make([]*redis.StringSliceCmd, len(hashes))
+			for i, h := range hashes {
+				ttls[i] = pipe.PTTL(ctx, h)
+				owners[i] = pipe.HKeys(ctx, h)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return false
+			}
+			now := monoNow()
+			var seen []MasterCopy
+			for i := range hashes {
+				left := ttls[i].Val()
+				if left <= 0 {
 					continue
 				}
-				now := monoNow()
-				var seen []MasterCopy
-				for i := range hashes {
-					left := ttls[i].Val()
-					if left <= 0 {
-						continue
-					}
-					for _, o := range owners[i].Val() {
-						if o != "" && o[0] != 0 { // reserved fields start with NUL
-							seen = append(seen, MasterCopy{Master: m, Key: keys[i], Owner: o, Exp: now + int64(left+time.Millisecond), Mono: now})
-						}
+				for _, o := range owners[i].Val() {
+					if o != "" && o[0] != 0 { // reserved fields start with NUL
+						seen = append(seen, MasterCopy{Master: m, Key: keys[i], Owner: o, Exp: now + int64(left+time.Millisecond), Mono: now})
 					}
 				}
-				mu.Lock()
-				copies = append(copies, seen...)
-				mu.Unlock()
-				auditRounds.Add(1)
 			}
-		}()
-	}
-	var once sync.Once
-	return func() []MasterCopy {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-			for _, rdb := range rdbs {
-				rdb.Close()
-			}
+			mu.Lock()
+			copies = append(copies, seen...)
+			mu.Unlock()
+			return true
 		})
+	}
+	return func() []MasterCopy {
+		a.stop()
 		sort.SliceStable(copies, func(i, j int) bool { return copies[i].Mono < copies[j].Mono })
 		return copies
 	}

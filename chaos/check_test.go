@@ -35,6 +35,17 @@ func (h *hist) section(t, end int64, proc, key, hold string, tok int64, v int64,
 	h.add(end+1, proc, opReleased, key, hold, tok, relRes, 0)
 }
 
+// twin adds a twin's TryObtain on twinKey by process a, owner o1 (the
+// twins, client.go): invoke at inv, acquired at acq with tok, release at
+// rel answered relRes.
+func (h *hist) twin(inv, acq, rel int64, hold string, tok int64, relRes string) {
+	h.add(inv, "a", opInvoke, twinKey, hold, 0, "", 0)
+	h.evs[len(h.evs)-1].Owner = "o1"
+	h.add(acq, "a", opAcquired, twinKey, hold, tok, "", 0)
+	h.add(rel, "a", opRelease, twinKey, hold, tok, "", 0)
+	h.add(rel+1, "a", opReleased, twinKey, hold, tok, relRes, 0)
+}
+
 // waiting adds a lock.Do that asked at inv and acquired at acq: section's
 // events from acq, its invocation at inv.
 func (h *hist) waiting(inv, acq, end int64, proc, key, hold string, tok, v int64) {
@@ -187,59 +198,23 @@ func TestCheck(t *testing.T) {
 		// of one hold with one token; different tokens while neither was
 		// reported lost split the hold.
 		{name: "twins: one owner, one token", backend: "redlock", build: func(h *hist) {
-			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
-			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
-			h.add(2, "a", opInvoke, twinKey, "a/7/1", 0, "", 0)
-			h.add(3, "a", opAcquired, twinKey, "a/7/1", 100, "", 0)
-			h.add(10, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
-			h.add(11, "a", opReleased, twinKey, "a/6/1", 100, "ok", 0)
-			h.add(12, "a", opRelease, twinKey, "a/7/1", 100, "", 0)
-			h.add(13, "a", opReleased, twinKey, "a/7/1", 100, "ok", 0)
-			for i := range h.evs {
-				h.evs[i].Owner = "o1"
-			}
+			h.twin(0, 1, 10, "a/6/1", 100, "ok")
+			h.twin(2, 3, 12, "a/7/1", 100, "ok")
 		}},
 		{name: "twins: a later level with a smaller token", backend: "redlock", build: func(h *hist) {
-			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
-			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
-			h.add(2, "a", opInvoke, twinKey, "a/8/1", 0, "", 0)
-			h.add(3, "a", opAcquired, twinKey, "a/8/1", 99, "", 0)
-			h.add(10, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
-			h.add(11, "a", opReleased, twinKey, "a/6/1", 100, "ok", 0)
-			h.add(12, "a", opRelease, twinKey, "a/8/1", 99, "", 0)
-			h.add(13, "a", opReleased, twinKey, "a/8/1", 99, "ok", 0)
-			for i := range h.evs {
-				h.evs[i].Owner = "o1"
-			}
+			h.twin(0, 1, 10, "a/6/1", 100, "ok")
+			h.twin(2, 3, 12, "a/8/1", 99, "ok")
 		}, anomalies: []string{aOwnerTokens, aTokenOrder}},
 		// Racing rounds (the second asked before the first returned) may
 		// each be fresh on some masters with their own floors.
 		{name: "twins: racing rounds, two tokens", backend: "redlock", build: func(h *hist) {
-			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
-			h.add(0, "a", opInvoke, twinKey, "a/7/1", 0, "", 0)
-			h.add(1, "a", opAcquired, twinKey, "a/6/1", 101, "", 0)
-			h.add(2, "a", opAcquired, twinKey, "a/7/1", 100, "", 0)
-			h.add(10, "a", opRelease, twinKey, "a/6/1", 101, "", 0)
-			h.add(11, "a", opReleased, twinKey, "a/6/1", 101, "ok", 0)
-			h.add(12, "a", opRelease, twinKey, "a/7/1", 100, "", 0)
-			h.add(13, "a", opReleased, twinKey, "a/7/1", 100, "ok", 0)
-			for i := range h.evs {
-				h.evs[i].Owner = "o1"
-			}
+			h.twin(0, 1, 10, "a/6/1", 101, "ok")
+			h.twin(0, 2, 12, "a/7/1", 100, "ok")
 		}},
 		{name: "twins: two tokens after a deletion", backend: "redlock", build: func(h *hist) {
-			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
-			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
-			h.add(20, "a", opInvoke, twinKey, "a/8/1", 0, "", 0)
-			h.add(23, "a", opAcquired, twinKey, "a/8/1", 101, "", 0)
+			h.twin(0, 1, 301, "a/6/1", 100, "notheld")
 			h.add(300, "a", opLost, twinKey, "a/6/1", 100, "", 0)
-			h.add(301, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
-			h.add(302, "a", opReleased, twinKey, "a/6/1", 100, "notheld", 0)
-			h.add(310, "a", opRelease, twinKey, "a/8/1", 101, "", 0)
-			h.add(311, "a", opReleased, twinKey, "a/8/1", 101, "ok", 0)
-			for i := range h.evs {
-				h.evs[i].Owner = "o1"
-			}
+			h.twin(20, 23, 310, "a/8/1", 101, "ok")
 		}, faults: []Fault{{Kind: fLockDelete, Start: ms(5), End: ms(15)}}},
 		// Redlock's validity leaves the drift (TTL·0.01 + 2 ms, 12 ms
 		// for 1 s): a deadline 990 ms after the return is past it.
@@ -260,14 +235,8 @@ func TestCheck(t *testing.T) {
 			}
 		}, accepted: []AcceptedWrite{{"a/0/1", 100}}},
 		{name: "twins: a loss with no fault", backend: "redlock", build: func(h *hist) {
-			h.add(0, "a", opInvoke, twinKey, "a/6/1", 0, "", 0)
-			h.add(1, "a", opAcquired, twinKey, "a/6/1", 100, "", 0)
+			h.twin(0, 1, 10, "a/6/1", 100, "notheld")
 			h.add(5, "a", opLost, twinKey, "a/6/1", 100, "", 0)
-			h.add(10, "a", opRelease, twinKey, "a/6/1", 100, "", 0)
-			h.add(11, "a", opReleased, twinKey, "a/6/1", 100, "notheld", 0)
-			for i := range h.evs {
-				h.evs[i].Owner = "o1"
-			}
 		}, anomalies: []string{aTwinLost}},
 		// sql: a cut connection ends a session lock's session (and the
 		// lock with it); a release that ended its own session has no
