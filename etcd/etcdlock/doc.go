@@ -58,7 +58,12 @@
 // lease on receipt, no earlier than that send, for T. The loss comes T/3
 // before the earliest expiry. A follower cut off from its leader cannot
 // renew (it forwards to the leader), so its answers count for nothing it
-// did not do. Nothing else the Client receives counts: not watch events,
+// did not do. A leader cut off from its followers still answers
+// keep-alives until it steps down, an election timeout after it last heard
+// a quorum; the others elect a leader no earlier than an election timeout
+// after they last heard it, and a new leader renews every lease for a
+// full T when it takes over, so those answers too end before any expiry
+// (chaos's etcd-member-partition isolates the leader half the time). Nothing else the Client receives counts: not watch events,
 // not gRPC's pings. When the server refuses a keep-alive (the lease was
 // revoked, or expired) the holds are lost at once.
 //
