@@ -30,6 +30,7 @@ type Hold struct {
 	Read      bool    // a read-side hold (the rw backend): it shares its key with other read holds
 	Late      int64   // Event.Late of its acquisition
 	Until     int64   // Event.Until of its acquisition: its deadline as Obtain returned it
+	lostUntil int64   // Event.Until of its loss: the deadline the holder last read (lostAtDeadline)
 	untils    []Event // opUntil: its deadline read every 100 ms of a redlock long section (checkRenewalCopies)
 	thin      []Event // opThin: its raised deadline less than half the raised TTL ahead (client.go, checkRaised)
 	outer     *Hold
@@ -352,6 +353,36 @@ func Check(in Input) *Result {
 // after its deadline still shows its overlap.
 const lostLag = 100 * time.Millisecond
 
+// lostAtDeadline moves h's loss back to its deadline as the holder last
+// read it (lostUntil) when the loss was recorded at most lostLag after it:
+// the watchdog closed Lost at the deadline, and the goroutine that records
+// it waited for a core. Not when the holder acted meanwhile (an event of
+// its own between the deadline and the record) or its process was stopped
+// over the deadline (a pause or a stall): it resumed past its lease and
+// may have written before its loss was recorded (rw, long profile, seed
+// 12: a holder paused 126-3045 ms, its lease ending at 3000, wrote its
+// counter 44 ms after the deadline; the loss moved back hid the overlap
+// that documents the lost update).
+func (r *Result) lostAtDeadline(h *Hold) {
+	u := h.lostUntil
+	if u <= 0 || h.Lost < u || h.Lost-u > lostLag.Nanoseconds() {
+		return
+	}
+	for _, e := range h.events {
+		if e.Op != opLost && e.Mono > u && e.Mono < h.Lost {
+			return
+		}
+	}
+	for _, ss := range [][][2]int64{r.pauses[h.Proc], r.selfStalls[h.Proc]} {
+		for _, p := range ss {
+			if p[0] <= u && p[1] >= u {
+				return
+			}
+		}
+	}
+	h.Lost = u
+}
+
 // lateSlack is how far past its own deadline a lease may be when Obtain
 // has returned it: the library checks the deadline just before it
 // returns (lock/doc.go: a grant answered after its TTL is never
@@ -447,12 +478,7 @@ func (r *Result) build(in Input) {
 			}
 		case opLost:
 			if h.Lost == 0 {
-				h.Lost = e.Mono
-				if e.Until > 0 && e.Mono >= e.Until && e.Mono-e.Until <= lostLag.Nanoseconds() {
-					// The loss was recorded after the goroutine that
-					// waits on Lost ran: the lease ended at its deadline.
-					h.Lost = e.Until
-				}
+				h.Lost, h.lostUntil = e.Mono, e.Until
 				r.Info[iLostHolds]++
 			}
 		case opRelease:
@@ -493,6 +519,9 @@ func (r *Result) build(in Input) {
 			r.procEnd[f.Proc] = max(r.procEnd[f.Proc], f.End)
 			r.killed[f.Proc] = true
 		}
+	}
+	for _, h := range r.holds {
+		r.lostAtDeadline(h)
 	}
 	for _, h := range r.holds {
 		if !h.invoked {

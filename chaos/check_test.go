@@ -975,6 +975,19 @@ func TestLostRecordedLate(t *testing.T) {
 	if r := run(400, 680); r.Anomalies[aOverlapUndoc]+r.Anomalies[aOverlapUnrep] != 1 {
 		t.Errorf("a loss recorded 280 ms after the deadline read: %v, want one overlap", r.Anomalies)
 	}
+	// Paused over its deadline, the holder resumed and its loss was
+	// recorded 44 ms late: it may have acted meanwhile, so the loss stays
+	// where it was recorded, and the pause documents the overlap (rw,
+	// long profile, seed 12).
+	var h hist
+	h.section(0, 3046, "a", "k0", "a/0/1", 100, 0, "notheld")
+	h.evs = append(h.evs, Event{Proc: "a", Op: opLost, Key: "k0", Hold: "a/0/1", Token: 100, Mono: 3044e6, Until: 3000e6})
+	h.waiting(2331, 3006, 6331, "b", "k0", "b/0/1", 101, 1)
+	r := Check(Input{Backend: "lock", Life: 3 * time.Second, Events: h.evs,
+		Faults: []Fault{{Kind: fClientPause, Proc: "a", Target: "a", Start: 126e6, End: 3045e6}}})
+	if r.Documented[dOverlap] != 1 || r.Anomalies[aOverlapUndoc]+r.Anomalies[aOverlapUnrep] != 0 {
+		t.Errorf("a paused holder's loss recorded 44 ms after its deadline: anomalies %v, documented %v; want the overlap documented", r.Anomalies, r.Documented)
+	}
 }
 
 // TestRaisedThin: a hold raised by a re-entry whose deadline falls less
