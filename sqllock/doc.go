@@ -251,7 +251,14 @@
 // the database, or would be lost on arrival; it is given back, never
 // returned, and a statement not answered within its bound (the TTL, plus
 // the wait slice of a session lock) counts as not obtained: TryObtain
-// returns an error matching lock.ErrNotObtained, Obtain tries again.
+// returns an error matching lock.ErrNotObtained, Obtain tries again. A
+// session lock granted late in its wait in the server (answered more than
+// TTL/3 after its statement was sent, while the lease counts from the
+// send) is checked once more before Obtain returns it (one round trip):
+// the lease it returns has its TTL ahead. Left to the watchdog, that check
+// would run at once with the little that was left as its deadline, and a
+// check cut by its deadline closes the connection, ending the session and
+// the hold under a caller that finished in time.
 //
 // # Fencing tokens
 //

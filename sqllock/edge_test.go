@@ -513,3 +513,51 @@ func TestReleaseDuringCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestLateGrantChecked: a session lock granted late in its wait in the
+// server (the holder before released 3/4 of the TTL after the waiter's
+// statement was sent) is checked before Obtain returns it, so the lease
+// has its TTL ahead, not the quarter left of the one counted from the
+// send. Before, the watchdog's first check ran at once with that quarter
+// as its deadline; a check cut by it makes the driver close the
+// connection, and a release made in time answered "not held" (the chaos
+// sql runs: a 3 ms section granted 994 ms after its send).
+func TestLateGrantChecked(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		if b.lease {
+			return // a lease-table acquisition does not wait in the server
+		}
+		const ttl = 600 * time.Millisecond
+		ctx := ctxTimeout(t, 30*time.Second)
+		key := uniqueKey(t)
+		a := b.client(t, nil)
+		w := b.client(t, nil, sqllock.WithWaitSlice(time.Second))
+		mustObtain(t, ctx, w, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
+		held := mustObtain(t, ctx, a, key)
+		type result struct {
+			l   lock.Lease
+			err error
+			at  time.Time
+		}
+		res := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			l, err := w.Obtain(ctx, key, lock.WithTTL(ttl))
+			res <- result{l, err, time.Now()}
+		}()
+		time.Sleep(ttl * 3 / 4)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-res
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if left := r.l.(lock.LeaseStatus).Until().Sub(r.at); left < ttl/2 {
+			t.Errorf("granted %v after the call, the lease had %v left on return; want at least %v", r.at.Sub(start).Round(time.Millisecond), left, ttl/2)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Errorf("release right after the late grant: %v", err)
+		}
+	})
+}

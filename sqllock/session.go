@@ -98,6 +98,25 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 				return nil, lock.ErrNotObtained
 			}
 			return nil, notObtainedCtx(ctx.Err())
+		case out.ok && c.o.now().Sub(sent) > r.o.TTL/3:
+			// Granted late in a wait in the server: the lease counts from
+			// the send, so little of it is left, and its first check is
+			// due already. Run that check before handing the lease out,
+			// not in the watchdog with what is left as its deadline: a
+			// check cut by that deadline makes the driver close the
+			// connection, which ends the session and turned a release
+			// made in time into "not held" (the chaos sql runs, a 3 ms
+			// section granted 994 ms after its send).
+			h, err := c.freshen(ctx, r, conn, out.token, sent)
+			if err == nil {
+				return h, nil
+			}
+			conn = nil // discarded: its session ended, and the lock with it
+			if !r.block || ctx.Err() != nil {
+				return nil, notObtainedCtx(ctx.Err())
+			}
+			c.obs.Debug("a session lock granted late could not be checked; trying again", "key", r.key, "err", err)
+			continue
 		case out.ok:
 			return c.newSessionHold(r, conn, out.token, sent), nil
 		case errors.Is(out.err, ErrClosed):
@@ -157,6 +176,27 @@ func (c *Client) repin(ctx context.Context, r *request) (*sql.Conn, error) {
 		return nil, notObtainedCtx(ctx.Err())
 	}
 	return nil, fmt.Errorf("sqllock: obtain %q: %w", r.key, err)
+}
+
+// freshen runs a hold's check on a session lock granted late (its answer
+// came more than TTL/3 after the send) and returns the hold, its lease
+// counted from the check's send. The check may take until the lease's
+// deadline (the send plus the TTL), detached from ctx's cancellation like
+// the watchdog's. If it fails, conn is discarded (its session ends, and
+// the lock with it) and the error returned.
+func (c *Client) freshen(ctx context.Context, r *request, conn *sql.Conn, token int64, sent time.Time) (*hold, error) {
+	h := c.newSessionHold(r, conn, token, sent)
+	h.ttl = r.o.TTL
+	since := c.o.now()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sent.Add(r.o.TTL).Sub(since))
+	err := c.sessionCheck(h)(cctx)
+	cancel()
+	if err != nil {
+		discard(conn)
+		return nil, err
+	}
+	h.since = since
+	return h, nil
 }
 
 func (c *Client) newSessionHold(r *request, conn *sql.Conn, token int64, since time.Time) *hold {
