@@ -405,7 +405,11 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 			d = o.Retry(attempt)
 		}
 		if queue {
-			d = min(d, c.o.waiterTimeout/3) // call in before the waiter is skipped
+			// Call in before the waiter is skipped, and before a grant
+			// made to it right after this attempt runs out: a waiter
+			// that hears no message (polling, or its message lost) would
+			// otherwise find its grant gone, and queue again at the end.
+			d = min(d, c.o.waiterTimeout/3, grant/2)
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)

@@ -151,7 +151,11 @@
 // TTL has not run out since that attempt was sent; its watchdog renews the
 // short grant TTL to the lease's TTL within a third of it. If the message
 // is lost, the waiter's next attempt finds its entry under the grant field
-// and takes the lock (one level, no second count); a waiter that gives up
+// and takes the lock (one level, no second count): a queued waiter calls in
+// at least every half of its grant TTL (and every third of its waiter
+// timeout), so a grant made to it is still there when it does, and it
+// keeps its turn (only a waiter that cannot run for the whole grant TTL,
+// a process paused that long, loses it, and queues again); a waiter that gives up
 // gives the grant back (leave.lua), and one that vanished holds it until
 // the grant TTL ends, at most one waiter timeout. Steady contention across
 // clients therefore costs two commands per critical section: the release

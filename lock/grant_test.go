@@ -223,3 +223,46 @@ func TestGrantToVanishedWaiter(t *testing.T) {
 		t.Fatal("the ghost's grant did not expire")
 	}
 }
+
+// TestGrantOutlivesPoll: a fair waiter that gets no message (a polling
+// waiter, or one whose message was lost) calls in within half of a grant's
+// TTL, so that a grant made to it right after one of its attempts is still
+// there at its next: it keeps its turn. Before, it called in only after
+// min(the holder's PTTL, a third of the waiter timeout), 2 s here against
+// a 600 ms grant: the grant expired untaken, and the waiter behind it took
+// the lock first while the one before queued again at the end.
+func TestGrantOutlivesPoll(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	a := newClient(t, nil, lock.WithFair())
+	b := newClient(t, nil, lock.WithFair(), lock.WithWaiterTimeout(6*time.Second))
+	c := newClient(t, nil, lock.WithFair())
+	la := mustObtain(t, ctx, a, key, lock.WithTTL(3*time.Second))
+	order := make(chan string, 2)
+	errs := make(chan error, 2)
+	obtain := func(cl *lock.Client, name string, opts ...lock.Option) {
+		l, err := cl.Obtain(ctx, key, opts...)
+		if err != nil {
+			errs <- err
+			return
+		}
+		order <- name
+		time.Sleep(20 * time.Millisecond)
+		errs <- l.Release(ctx)
+	}
+	go obtain(b, "first", lock.WithTTL(600*time.Millisecond), lock.WithRetry(func(int) time.Duration { return 2 * time.Second }))
+	waitQueued(t, a, key, 1)
+	go obtain(c, "second", lock.WithRetry(func(int) time.Duration { return 20 * time.Millisecond }))
+	waitQueued(t, a, key, 2)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := <-order; got != "first" {
+		t.Fatalf("the waiter queued second was served first: the first one's grant expired before it called in")
+	}
+}
