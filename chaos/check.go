@@ -632,7 +632,10 @@ const fairWarmup = 2 * time.Second
 // a fault may have dropped the earlier waiter from the queue (any fault
 // of its process or of the servers from its request until it was served
 // or gave up, or within a lease's life before: a waiter that does not
-// call again within its bound is skipped). Re-entries never queue.
+// call again within its bound is skipped), or its process ran nothing for
+// a lease's life less fairSlack while it waited (a grant lasts the
+// waiter's TTL: a waiter that cannot take it meanwhile loses its turn, and
+// queues again at the end). Re-entries never queue.
 func (r *Result) checkFairness(in Input) {
 	byKey := map[string][]*Hold{}
 	for _, h := range r.holds {
@@ -661,7 +664,7 @@ func (r *Result) checkFairness(in Input) {
 					break
 				}
 			}
-			if faulted {
+			if faulted || r.stoppedFor(x.Proc, x.Invoke, served, life-slack) {
 				continue
 			}
 			for _, y := range hs[i+1:] {
@@ -679,6 +682,19 @@ func (r *Result) checkFairness(in Input) {
 			}
 		}
 	}
+}
+
+// stoppedFor reports whether proc ran nothing (a stall of its own, or a
+// pause) for at least d at once between from and to.
+func (r *Result) stoppedFor(proc string, from, to, d int64) bool {
+	for _, ss := range [][][2]int64{r.selfStalls[proc], r.pauses[proc]} {
+		for _, s := range ss {
+			if min(s[1], to)-max(s[0], from) >= d {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sortedHolds returns the holds in the order of their ids.

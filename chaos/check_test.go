@@ -449,6 +449,21 @@ func TestCheck(t *testing.T) {
 			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 1)
 		}, faults: []Fault{{Kind: fClientPause, Proc: "a", Start: ms(3200), End: ms(3900)}},
 			accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}},
+		{name: "fair: a waiter whose process stalled for a grant's life loses its turn", backend: "fair", build: func(h *hist) {
+			// The long profile, seed 3: a waiter's process ran nothing for
+			// longer than the grant it was given lasted; it queued again
+			// at the end, behind one that asked a second after it.
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 5020, 5030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3600, 5002, 5010, "b", "k0", "b/0/1", 101, 1)
+			h.add(4950, "a", opStall, "", "", 0, "", 950) // ran nothing from 4000 to 4950
+		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, info: map[string]int64{iStalls: 1}},
+		{name: "fair: a stall shorter than a grant's life excuses nothing", backend: "fair", build: func(h *hist) {
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 4020, 4030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 1)
+			h.add(3700, "a", opStall, "", "", 0, "", 400)
+		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, anomalies: []string{aUnfair}, info: map[string]int64{iStalls: 1}},
 		{name: "a deleted hold whose holder was cut off is reported when it gets through", backend: "lock", build: func(h *hist) {
 			// The hold is deleted, another takes the key, and the old
 			// holder's next renewal cannot reach Redis until its black
