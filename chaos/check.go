@@ -1217,7 +1217,8 @@ func livenessBound(backend string, life time.Duration) time.Duration {
 // the Redis locks is safe to resend (lock/doc.go: "never ErrNotHeld for a
 // lock it freed"), and reply-lost (nemesis.go) makes go-redis resend them;
 // neither is a cut connection (proxy-cut), after which go-redis resends on
-// a new one. On sqllock (sql) likewise, but a cut connection ends a
+// a new one, unless the resends ran past the hold's deadline (the hold
+// may have expired before one got through). On sqllock (sql) likewise, but a cut connection ends a
 // session lock's session, and with it the lock (sqllock/doc.go): every
 // fault on the holder's process or a server counts; a release that ends
 // its own hold's session (mutant 30: its session check cancelled in
@@ -1252,10 +1253,21 @@ func (r *Result) checkReleaseAnswers(in Input) {
 			// session ends with the lock (sqllock/doc.go).
 			continue
 		}
+		// A release whose resends ran past the hold's deadline (the one
+		// its holder last read) may have found the hold expired: its
+		// requests lost with the connections that carried them, the
+		// holder's renewals with them (fair, long profile, reply-lost
+		// only, seed 5: a release began 117 ms before the deadline and
+		// answered 23 ms after it). The hold was lost, and said so.
+		expiredDuring := redis && h.lostUntil != 0 && h.Released > h.lostUntil && h.Release < h.lostUntil
 		from, to := h.Invoke-in.lifeOf(h.Key).Nanoseconds(), h.Released
 		explained := false
 		for _, f := range in.Faults {
-			if f.Err != "" || redis && !lostFirst && (f.Kind == fReplyLost || f.Kind == fProxyCut) || f.Proc != "" && f.Proc != h.Proc {
+			if f.Err != "" || f.Proc != "" && f.Proc != h.Proc {
+				continue
+			}
+			if redis && !lostFirst && (f.Kind == fReplyLost || f.Kind == fProxyCut) &&
+				!(expiredDuring && f.Start <= h.Released && f.End >= h.Release) {
 				continue
 			}
 			if f.Start <= to && f.End >= from {

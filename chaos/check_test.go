@@ -159,6 +159,25 @@ func TestCheck(t *testing.T) {
 			h.add(1400, "a", opLost, "k0", "a/0/1", 100, "", 0)
 		}, faults: []Fault{{Kind: fReplyLost, Proc: "a", Start: ms(300), End: ms(1300)}},
 			accepted: []AcceptedWrite{{"a/0/1", 100}}},
+		// A release resent past the hold's deadline (the one its holder
+		// last read) may find the hold expired: lost with its renewals'
+		// replies, and said so.
+		{name: "notheld release resent past the hold's deadline", backend: "fair", build: func(h *hist) {
+			h.section(0, 1000, "a", "k0", "a/0/1", 100, 0, "notheld")
+			h.evs[len(h.evs)-1].Mono = ms(1140)
+			h.add(1141, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.evs[len(h.evs)-1].Until = ms(1118)
+		}, faults: []Fault{{Kind: fReplyLost, Proc: "a", Start: ms(900), End: ms(1300)}},
+			accepted: []AcceptedWrite{{"a/0/1", 100}}},
+		{name: "notheld release resent before the hold's deadline", backend: "fair", build: func(h *hist) {
+			// Mutant 26: the resend answers "not held" for the lock the
+			// first run freed, 40 ms in, with the deadline 500 ms ahead.
+			h.section(0, 1000, "a", "k0", "a/0/1", 100, 0, "notheld")
+			h.evs[len(h.evs)-1].Mono = ms(1040)
+			h.add(1041, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.evs[len(h.evs)-1].Until = ms(1500)
+		}, faults: []Fault{{Kind: fReplyLost, Proc: "a", Start: ms(900), End: ms(1300)}},
+			accepted: []AcceptedWrite{{"a/0/1", 100}}, anomalies: []string{aNotHeldUnexpl}},
 		{name: "notheld release after a server restart", backend: "fair", build: func(h *hist) {
 			h.section(2000, 2100, "a", "k0", "a/0/1", 100, 0, "notheld")
 		}, faults: []Fault{{Kind: fRestartNoData, Start: ms(1500), End: ms(1600)}},
