@@ -333,7 +333,11 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		if len(res) >= 4 {
 			fence = res[3]
 		}
-		d := c.o.waiterTimeout / 3 // call in before the waiter is skipped
+		// Call in before the waiter is skipped, and before a permit
+		// granted to it right after this attempt runs out: a waiter whose
+		// message was lost would otherwise find the grant gone, and queue
+		// again at the end.
+		d := min(c.o.waiterTimeout/3, grant/2)
 		if len(res) >= 2 && res[1] >= 0 {
 			d = min(d, time.Duration(res[1])*time.Millisecond+time.Millisecond)
 		}

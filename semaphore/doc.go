@@ -93,8 +93,9 @@
 // waiter that vanished keeps the permit no longer than that, then it comes
 // back like any expired permit. If the message is lost or late, the
 // waiter's next attempt (it calls again when the first permit may expire,
-// and every third of its waiter timeout, keeping its place) finds the
-// permit held for it and takes it. A waiter that gives up (leave) gives a
+// and at least every half of its grant TTL and every third of its waiter
+// timeout, keeping its place) finds the permit held for it and takes it;
+// only a waiter that cannot run for its whole grant TTL loses its turn. A waiter that gives up (leave) gives a
 // permit granted to it back; leave and a larger N hand free permits to the
 // first waiters the same way. A watchdog renews each permit every TTL/3; a
 // renewal that finds the permit gone, or renewals that fail past the TTL,

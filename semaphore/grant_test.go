@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/semaphore"
 )
 
@@ -110,4 +111,55 @@ func TestLeaveGivesGrantBack(t *testing.T) {
 		t.Fatalf("TryAcquire after the granted waiter left: %v, want the permit back", err)
 	}
 	q.Release(ctx)
+}
+
+// TestGrantOutlivesLostMessage: a waiter whose grant message is lost (its
+// Pub/Sub connection killed just before the release) calls in within half
+// of the grant's TTL and takes the permit: it keeps its turn. Before, it
+// called in after a third of its waiter timeout (2 s here) against a
+// 600 ms grant: the grant expired untaken, the waiter queued behind it
+// took the permit, and the first one queued again at the end.
+func TestGrantOutlivesLostMessage(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	name := newName(t)
+	holder := newClient(t, shared.Addr())
+	p, err := holder.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := newClient(t, shared.Addr(), semaphore.WithWaiterTimeout(6*time.Second))
+	second := newClient(t, shared.Addr())
+	order := make(chan string, 2)
+	errs := make(chan error, 2)
+	acquire := func(c *semaphore.Client, who string, opts ...lock.Option) {
+		q, err := c.Acquire(ctx, name, opts...)
+		if err != nil {
+			errs <- err
+			return
+		}
+		order <- who
+		time.Sleep(20 * time.Millisecond)
+		errs <- q.Release(ctx)
+	}
+	go acquire(first, "first", lock.WithTTL(600*time.Millisecond))
+	waitQueued(t, name, 1)
+	go acquire(second, "second")
+	waitQueued(t, name, 2)
+	rdb := shared.Client(t)
+	// Every Pub/Sub connection: go-redis subscribes again, and a message
+	// published meanwhile is lost.
+	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := <-order; got != "first" {
+		t.Fatalf("the waiter queued second took the permit first: the first one's grant expired before it called in")
+	}
 }
