@@ -87,7 +87,15 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 			// restarted): it may still believe it holds the lock until its
 			// row expires. Wait for that; TryObtain does not.
 			if r.block && sleep(ctx, &timer, out.wait) {
-				return c.newSessionHold(r, conn, out.token, sent.Add(out.wait)), nil
+				h, err := c.handOut(ctx, r, conn, out.token, sent.Add(out.wait))
+				if err == nil {
+					return h, nil
+				}
+				conn = nil // discarded: its session ended, and the lock with it
+				if ctx.Err() != nil {
+					return nil, notObtainedCtx(ctx.Err())
+				}
+				continue
 			}
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			if c.giveBack(cctx, conn, r, out.token) {
@@ -98,16 +106,8 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 				return nil, lock.ErrNotObtained
 			}
 			return nil, notObtainedCtx(ctx.Err())
-		case out.ok && c.o.now().Sub(sent) > r.o.TTL/3:
-			// Granted late in a wait in the server: the lease counts from
-			// the send, so little of it is left, and its first check is
-			// due already. Run that check before handing the lease out,
-			// not in the watchdog with what is left as its deadline: a
-			// check cut by that deadline makes the driver close the
-			// connection, which ends the session and turned a release
-			// made in time into "not held" (the chaos sql runs, a 3 ms
-			// section granted 994 ms after its send).
-			h, err := c.freshen(ctx, r, conn, out.token, sent)
+		case out.ok:
+			h, err := c.handOut(ctx, r, conn, out.token, sent)
 			if err == nil {
 				return h, nil
 			}
@@ -115,10 +115,7 @@ func (c *Client) sessionAcquire(ctx context.Context, r *request) (*hold, error) 
 			if !r.block || ctx.Err() != nil {
 				return nil, notObtainedCtx(ctx.Err())
 			}
-			c.obs.Debug("a session lock granted late could not be checked; trying again", "key", r.key, "err", err)
 			continue
-		case out.ok:
-			return c.newSessionHold(r, conn, out.token, sent), nil
 		case errors.Is(out.err, ErrClosed):
 			closeConn(conn)
 			return nil, ErrClosed
@@ -178,24 +175,34 @@ func (c *Client) repin(ctx context.Context, r *request) (*sql.Conn, error) {
 	return nil, fmt.Errorf("sqllock: obtain %q: %w", r.key, err)
 }
 
-// freshen runs a hold's check on a session lock granted late (its answer
-// came more than TTL/3 after the send) and returns the hold, its lease
-// counted from the check's send. The check may take until the lease's
-// deadline (the send plus the TTL), detached from ctx's cancellation like
-// the watchdog's. If it fails, conn is discarded (its session ends, and
-// the lock with it) and the error returned.
-func (c *Client) freshen(ctx context.Context, r *request, conn *sql.Conn, token int64, sent time.Time) (*hold, error) {
-	h := c.newSessionHold(r, conn, token, sent)
+// handOut returns the hold of the session lock conn was granted with
+// token, its lease counted from since (the acquiring statement's send, or
+// the end of the wait for a previous holder's row). A lease with more than
+// TTL/3 of it gone (granted late in a wait in the server, or answered
+// late) has its first check due already: handOut runs it before handing
+// the lease out, not the watchdog with what is left as its deadline (a
+// check cut by that deadline makes the driver close the connection, which
+// ends the session: a release made in time then answered "not held"; the
+// chaos sql runs, a 3 ms section granted 994 ms after its send). The check
+// may take until the lease's deadline, detached from ctx's cancellation
+// like the watchdog's, and the lease then counts from its send. If it
+// fails, conn is discarded (its session ends, and the lock with it) and
+// the error returned.
+func (c *Client) handOut(ctx context.Context, r *request, conn *sql.Conn, token int64, since time.Time) (*hold, error) {
+	h := c.newSessionHold(r, conn, token, since)
+	now := c.o.now()
+	if now.Sub(since) <= r.o.TTL/3 {
+		return h, nil
+	}
 	h.ttl = r.o.TTL
-	since := c.o.now()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sent.Add(r.o.TTL).Sub(since))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), since.Add(r.o.TTL).Sub(now))
 	err := c.sessionCheck(h)(cctx)
 	cancel()
 	if err != nil {
 		discard(conn)
 		return nil, err
 	}
-	h.since = since
+	h.since = now
 	return h, nil
 }
 
