@@ -193,6 +193,50 @@ func TestFairOrder(t *testing.T) {
 	}
 }
 
+// TestFairFreeKeyGoesToQueueHead: a fair lock left free while a waiter is
+// queued, with no release to hand it over (its hash deleted by hand, so no
+// message either), belongs to the queue's live head: a newcomer's attempt
+// must not take it (lock/doc.go, WithFair: no barging ahead of the live
+// head), and the head takes it at its next call-in. Mutant 09, which lets
+// any attempt take a free fair lock, fails here; the chaos checker sees it
+// only when a fault frees the key while waiters are queued.
+func TestFairFreeKeyGoesToQueueHead(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder := newClient(t, nil, lock.WithFair())
+	mustObtain(t, ctx, holder, key, lock.WithTTL(10*time.Second))
+	// The head calls in every half of its 4 s grant TTL (2 s), far from
+	// the newcomer's attempt a few ms after the deletion.
+	head := newClient(t, nil, lock.WithFair(), lock.WithWaiterTimeout(30*time.Second))
+	got := make(chan error, 1)
+	go func() {
+		l, err := head.Obtain(ctx, key, lock.WithTTL(4*time.Second))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, holder, key, 1)
+	if err := shared.Client(t).Del(ctx, lock.DefaultPrefix+"{"+key+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	newcomer := newClient(t, nil, lock.WithFair())
+	if l, err := newcomer.TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
+		if err == nil {
+			l.Release(ctx)
+		}
+		t.Fatalf("TryObtain of a free fair lock with a live queue head: %v, want ErrNotObtained", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the queue's head: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queue's head did not take the free lock within 10 s")
+	}
+}
+
 func TestFairSkipsVanishedWaiter(t *testing.T) {
 	const bound = 400 * time.Millisecond
 	ctx := ctxTimeout(t, 30*time.Second)
