@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -475,6 +476,74 @@ func TestCancelWhileWaiting(t *testing.T) {
 	release(t, holder)
 	if n := children(t, conn, key); len(n) != 0 {
 		t.Fatalf("lock nodes left: %v", n)
+	}
+}
+
+// TestAbandonedPredecessorNotAGrant: a waiter whose predecessor abandons
+// its attempt (its node deleted) while the holder ahead of both still holds
+// lists the children again and goes on waiting (zklock/doc.go: a waiter
+// holds the lock only when no node precedes its own). Mutant 13, which
+// takes the watched node's deletion for the grant, fails here.
+func TestAbandonedPredecessorNotAGrant(t *testing.T) {
+	key := "abandoned-pred"
+	conn := dial(t, server, sessionTimeout)
+	c := newClient(t, conn)
+	holder := obtain(t, c, context.Background(), key)
+	// The second in line gives up once the third queued behind it.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	err2 := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(ctx2, key)
+		err2 <- err
+	}()
+	waitChildren(t, conn, key, 2)
+	got3 := make(chan lock.Lease, 1)
+	go func() {
+		l, err := c.Obtain(context.Background(), key)
+		if err != nil {
+			t.Error(err)
+		}
+		got3 <- l
+	}()
+	waitChildren(t, conn, key, 3)
+	// The third watches the second's node before the second gives up (a
+	// watch set after the deletion finds no node and lists again anyway).
+	names := children(t, conn, key)
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(a[len(a)-10:], b[len(b)-10:]) })
+	second := parentOf(t, key) + "/" + names[1]
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		paths, err := server.Nodes()[0].WatchedPaths()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(paths, second) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no watch on %s within 10 s (watched: %v)", second, paths)
+		}
+	}
+	cancel2()
+	if err := <-err2; !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("abandoned Obtain: %v, want ErrNotObtained", err)
+	}
+	select {
+	case l := <-got3:
+		if l != nil {
+			l.Release(context.Background())
+		}
+		t.Fatal("the third in line obtained the lock while its holder still held it")
+	case <-time.After(500 * time.Millisecond):
+	}
+	release(t, holder)
+	select {
+	case l := <-got3:
+		if l != nil {
+			release(t, l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third in line did not obtain the lock within 10 s of the release")
 	}
 }
 

@@ -123,6 +123,23 @@ func (n *ZKNode) Mode() (string, error) {
 	return "", fmt.Errorf("testserver: no Mode in srvr output %q", out)
 }
 
+// WatchedPaths returns the paths this node holds data watches on (the wchp
+// four-letter word), so that a test can wait until a client watches a node
+// before it deletes that node.
+func (n *ZKNode) WatchedPaths() ([]string, error) {
+	out, err := fourLetter(n.Addr(), "wchp")
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "/") {
+			paths = append(paths, strings.TrimSpace(l))
+		}
+	}
+	return paths, nil
+}
+
 func fourLetter(a, cmd string) (string, error) {
 	c, err := net.DialTimeout("tcp", a, time.Second)
 	if err != nil {
