@@ -3,6 +3,8 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,7 +116,10 @@ func TestLeaveGivesGrantBack(t *testing.T) {
 }
 
 // TestGrantOutlivesLostMessage: a waiter whose grant message is lost (its
-// Pub/Sub connection killed just before the release) calls in within half
+// Pub/Sub connection killed just before the release, and its client's
+// dials refused until it has the permit, so that go-redis cannot subscribe
+// again before the message is sent; its call-in goes over the connection
+// its pool keeps) calls in within half
 // of the grant's TTL and takes the permit: it keeps its turn. Before, it
 // called in after a third of its waiter timeout (2 s here) against a
 // 600 ms grant: the grant expired untaken, the waiter queued behind it
@@ -127,7 +132,17 @@ func TestGrantOutlivesLostMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := newClient(t, shared.Addr(), semaphore.WithWaiterTimeout(6*time.Second))
+	var refuse atomic.Bool
+	rdbFirst := redis.NewClient(&redis.Options{Addr: shared.Addr(),
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if refuse.Load() {
+				return nil, errors.New("test: dials refused while the grant message is sent")
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	first := semaphore.New(rdbFirst, semaphore.WithWaiterTimeout(6*time.Second))
+	t.Cleanup(func() { refuse.Store(false); first.Close(); rdbFirst.Close() })
 	second := newClient(t, shared.Addr())
 	order := make(chan string, 2)
 	errs := make(chan error, 2)
@@ -138,6 +153,9 @@ func TestGrantOutlivesLostMessage(t *testing.T) {
 			return
 		}
 		order <- who
+		if who == "first" {
+			refuse.Store(false)
+		}
 		time.Sleep(20 * time.Millisecond)
 		errs <- q.Release(ctx)
 	}
@@ -147,7 +165,9 @@ func TestGrantOutlivesLostMessage(t *testing.T) {
 	waitQueued(t, name, 2)
 	rdb := shared.Client(t)
 	// Every Pub/Sub connection: go-redis subscribes again, and a message
-	// published meanwhile is lost.
+	// published meanwhile is lost; the first waiter's cannot until it has
+	// its permit.
+	refuse.Store(true)
 	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
