@@ -159,7 +159,7 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			continue
 		}
 		path := q.path(g)
-		rev, first, err := c.create(ctx, q.first, path, owner, g)
+		rev, w, err := c.create(ctx, q.first, path, owner, g)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			// The server revoked or expired the lease: no hold is
@@ -193,14 +193,14 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			c.abandon(path, rev)
 			return nil, false, notObtained(ctx)
 		}
-		if first {
+		if w.pred == "" {
 			return &hold{key: key, path: path, token: rev, gen: g, lost: make(chan struct{})}, false, nil
 		}
 		if !block {
 			c.abandon(path, rev)
 			return nil, false, lock.ErrNotObtained
 		}
-		err = c.await(ctx, q.first, path, rev, g)
+		err = c.await(ctx, q.first, path, rev, g, w)
 		switch {
 		case err == nil:
 			return &hold{key: key, path: path, token: rev, gen: g, lost: make(chan struct{})}, false, nil
@@ -216,27 +216,66 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 // errUnknown marks a creation whose outcome is unknown (no answer).
 var errUnknown = errors.New("etcdlock: no answer to the hold key's creation")
 
+// wait is what a read found before a hold key: pred, the key made last
+// before it (its predecessor; "" if none: the lock is held), from, the
+// read's revision + 1 (where a watch of pred starts), and only, whether
+// pred was the only key made before it. Since etcd's revisions only grow,
+// no key made later can come before the hold key: once an only
+// predecessor is deleted, the hold key is the first.
+type wait struct {
+	pred string
+	from int64
+	only bool
+}
+
+// predsOpts are the options of a range request that reads the keys made
+// last under a prefix, latest first, at most three (the hold key itself
+// when the read ran in the transaction that made it, then its predecessor,
+// and one more, which tells that the predecessor is not the only key
+// before it), bounded by create revision maxRev (none: 0).
+func predsOpts(maxRev int64) []clientv3.OpOption {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(3)}
+	if maxRev > 0 {
+		opts = append(opts, clientv3.WithMaxCreateRev(maxRev))
+	}
+	return opts
+}
+
+// waitOf makes a wait of the keys a read found under the prefix, latest
+// first, path's own dropped (the read ran in the transaction that made
+// path, or bounded by its create revision), at revision rev.
+func waitOf(kvs []*mvccpb.KeyValue, path string, rev int64) wait {
+	if len(kvs) > 0 && string(kvs[0].Key) == path {
+		kvs = kvs[1:]
+	}
+	if len(kvs) == 0 {
+		return wait{}
+	}
+	return wait{pred: string(kvs[0].Key), from: rev + 1, only: len(kvs) == 1}
+}
+
 // create makes the hold key path on g's lease, with owner as its value,
-// if it does not exist, and reads the first key under first: one
-// transaction, one round trip. It reports whether that key is path itself
-// or none was made before it (first is then true: the lock is held). It runs detached from ctx (bounded by
-// opTimeout), so that its outcome is known when ctx ends meanwhile. A
-// leftover path (a deletion that failed) is deleted and created anew, so
-// that every acquisition has a new create revision.
-func (c *Client) create(ctx context.Context, before, path, owner string, g *generation) (rev int64, first bool, err error) {
+// if it does not exist, and reads the keys under before made last before
+// it: one transaction, one round trip. Its revision is the hold key's
+// create revision rev; the wait it returns has no predecessor when the
+// lock is held. It runs detached from ctx (bounded by opTimeout), so that
+// its outcome is known when ctx ends meanwhile. A leftover path (a
+// deletion that failed) is deleted and created anew, so that every
+// acquisition has a new create revision.
+func (c *Client) create(ctx context.Context, before, path, owner string, g *generation) (rev int64, w wait, err error) {
 	for {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		resp, err := c.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
-			Then(clientv3.OpPut(path, owner, clientv3.WithLease(g.id)), clientv3.OpGet(before, clientv3.WithFirstCreate()...)).
+			Then(clientv3.OpPut(path, owner, clientv3.WithLease(g.id)), clientv3.OpGet(before, predsOpts(0)...)).
 			Else(clientv3.OpGet(path)).
 			Commit()
 		cancel()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return 0, false, err
+			return 0, wait{}, err
 		case err != nil:
-			return 0, false, fmt.Errorf("%w: %w", errUnknown, err)
+			return 0, wait{}, fmt.Errorf("%w: %w", errUnknown, err)
 		}
 		if !resp.Succeeded {
 			kvs := resp.Responses[0].GetResponseRange().Kvs
@@ -245,60 +284,98 @@ func (c *Client) create(ctx context.Context, before, path, owner string, g *gene
 				err := c.deleteHold(dctx, path, kvs[0].CreateRevision)
 				cancel()
 				if err != nil && err != lock.ErrNotHeld {
-					return 0, false, fmt.Errorf("etcdlock: delete leftover hold key %s: %w", path, err)
+					return 0, wait{}, fmt.Errorf("etcdlock: delete leftover hold key %s: %w", path, err)
 				}
 			}
 			continue
 		}
 		rev = resp.Header.Revision
-		kvs := resp.Responses[1].GetResponseRange().Kvs
-		return rev, len(kvs) == 0 || kvs[0].CreateRevision >= rev, nil
+		return rev, waitOf(resp.Responses[1].GetResponseRange().Kvs, path, rev), nil
 	}
 }
 
 // await waits until no key under pfx has a create revision below rev, the
-// one of the hold key path. It watches only its predecessor, the key under
-// pfx with the highest create revision below rev, for its deletion, and
-// then looks again: a release wakes one waiter (no herd; all the readers
-// behind a writer). It returns errRestart if path is
-// gone (its lease with it), the error of ctx's end, or ErrClosed.
-func (c *Client) await(ctx context.Context, pfx, path string, rev int64, g *generation) error {
+// one of the hold key path, starting from w, what the last read found. It
+// watches only its predecessor, the key under pfx with the highest create
+// revision below rev, for its deletion (a release wakes one waiter: no
+// herd; all the readers behind a writer). If the predecessor was the only
+// key before path, its deletion makes path the first: a read of path from
+// the nearest member (serializable) at a revision no older than the
+// deletion confirms that path is still there, and the lock is held.
+// Otherwise it reads again (linearizable): path, and the keys before it.
+// It returns errRestart if path is gone (its lease with it), the error of
+// ctx's end, or ErrClosed.
+func (c *Client) await(ctx context.Context, pfx, path string, rev int64, g *generation, w wait) error {
 	pause := 20 * time.Millisecond
 	for {
-		opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
-		resp, err := c.cli.Txn(ctx).Then(clientv3.OpGet(pfx, opts...), clientv3.OpGet(path)).Commit()
-		if err != nil {
-			if ctx.Err() != nil {
-				return notObtained(ctx)
+		if w.pred == "" {
+			resp, err := c.cli.Txn(ctx).Then(clientv3.OpGet(pfx, predsOpts(rev-1)...), clientv3.OpGet(path)).Commit()
+			if err != nil {
+				if ctx.Err() != nil {
+					return notObtained(ctx)
+				}
+				if err := c.sleep(ctx, &pause); err != nil {
+					return err
+				}
+				continue
 			}
-			if err := c.sleep(ctx, &pause); err != nil {
-				return err
-			}
-			continue
-		}
-		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
-			return errRestart
-		}
-		preds := resp.Responses[0].GetResponseRange().Kvs
-		if len(preds) == 0 {
-			c.mu.Lock()
-			alive := c.checkLocked(g)
-			c.mu.Unlock()
-			if !alive {
+			if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
 				return errRestart
 			}
-			return nil
+			if w = waitOf(resp.Responses[0].GetResponseRange().Kvs, path, resp.Header.Revision); w.pred == "" {
+				return c.alive(g)
+			}
 		}
-		if err := c.watchDeletion(ctx, string(preds[0].Key), resp.Header.Revision+1, g); err != nil {
+		deleted, err := c.watchDeletion(ctx, w.pred, w.from, g)
+		if err != nil {
 			return err
 		}
+		if w.only && deleted > 0 {
+			if ok, err := c.confirm(ctx, path, rev, deleted); err != nil || ok {
+				if err == nil {
+					err = c.alive(g)
+				}
+				return err
+			}
+		}
+		w = wait{} // look again
 	}
 }
 
-// watchDeletion waits until key is deleted after revision from (or the
-// watch fails: the caller looks again), ctx ends, g is lost (errRestart),
-// or the Client is closed.
-func (c *Client) watchDeletion(ctx context.Context, key string, from int64, g *generation) error {
+// alive returns nil if g is alive, else errRestart.
+func (c *Client) alive(g *generation) error {
+	c.mu.Lock()
+	alive := c.checkLocked(g)
+	c.mu.Unlock()
+	if !alive {
+		return errRestart
+	}
+	return nil
+}
+
+// confirm reads the hold key path from the nearest member without a
+// quorum (serializable) and reports whether it is there with create
+// revision rev at a revision no older than after, errRestart if it is
+// gone, and false if the member's state is older than after, or the read
+// failed: the caller then reads again with a quorum.
+func (c *Client) confirm(ctx context.Context, path string, rev, after int64) (bool, error) {
+	resp, err := c.cli.Get(ctx, path, clientv3.WithSerializable())
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false, notObtained(ctx)
+	case err != nil || resp.Header.Revision < after:
+		return false, nil
+	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev:
+		return false, errRestart
+	}
+	return true, nil
+}
+
+// watchDeletion waits until key is deleted after revision from, and
+// returns the deletion's revision, or 0 if the watch failed (the caller
+// looks again); or until ctx ends, g is lost (errRestart), or the Client
+// is closed.
+func (c *Client) watchDeletion(ctx context.Context, key string, from int64, g *generation) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
@@ -307,21 +384,21 @@ func (c *Client) watchDeletion(ctx context.Context, key string, from int64, g *g
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
 				if ctx.Err() != nil {
-					return notObtained(ctx)
+					return 0, notObtained(ctx)
 				}
-				return nil // look again
+				return 0, nil // look again
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					return nil
+					return ev.Kv.ModRevision, nil
 				}
 			}
 		case <-ctx.Done():
-			return notObtained(ctx)
+			return 0, notObtained(ctx)
 		case <-g.dead:
-			return errRestart
+			return 0, errRestart
 		case <-c.life.Done():
-			return ErrClosed
+			return 0, ErrClosed
 		}
 	}
 }

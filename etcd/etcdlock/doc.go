@@ -93,25 +93,37 @@
 // empty without one):
 //
 //  1. One transaction: if the hold key "<prefix>/<key>/<L>" has no create
-//     revision, put it with value o and lease L, and read the first key
-//     under "<prefix>/<key>/" by create revision. The transaction's revision
-//     is the new key's create revision r, the token. If the first key is
-//     the new one, the lock is held: an uncontended Obtain + Release is two
-//     round trips (the lease's grant aside). A leftover hold key of the
-//     same lease (a failed deletion) is deleted and the key made anew.
-//  2. Otherwise, one transaction reads the last key under the prefix with a
-//     create revision below r (its predecessor), and the hold key itself.
-//     If the hold key is gone (its lease with it), Obtain starts again on a
-//     new lease. With no predecessor, the lock is held. Else it watches the
-//     predecessor only, from the read's revision, for its deletion (a
-//     release wakes exactly one waiter: no herd), and goes back to 2.
+//     revision, put it with value o and lease L, and read the keys made last
+//     under "<prefix>/<key>/" (by create revision, at most three). The
+//     transaction's revision is the new key's create revision r, the token.
+//     If no key was made before the new one, the lock is held: an
+//     uncontended Obtain + Release is two round trips (the lease's grant
+//     aside). A leftover hold key of the same lease (a failed deletion) is
+//     deleted and the key made anew.
+//  2. Otherwise it watches its predecessor only (the key made last before
+//     its own), from the read's revision, for its deletion: a release wakes
+//     exactly one waiter (no herd). When the predecessor was the only key
+//     made before its own, its deletion makes the hold key the first (etcd's
+//     revisions only grow: no key made later comes before it), and one read
+//     of the hold key from the nearest member (serializable, no quorum) at a
+//     revision no older than the deletion confirms that it is still there:
+//     the lock is held. A hand-off is then the release's deletion, the
+//     watch event and that read.
+//  3. Otherwise (more keys before it, a watch that failed, a member behind
+//     the deletion) one transaction reads, with a quorum, the keys under the
+//     prefix made last before r, and the hold key itself. If the hold key is
+//     gone (its lease with it, or deleted by hand), Obtain starts again (on a
+//     new lease if the lease is lost). With no predecessor, the lock is held;
+//     else it goes back to 2.
 //
 // Re-entry is by owner, within one Client: the Client counts the levels of
 // each (owner, key) hold in process, and only the outermost Release
-// deletes the hold key (one transaction, conditional on its create
-// revision). Since a Client has one hold key per key, its owners take turns
-// for a key in process (a channel per key) before one of them queues in
-// etcd; TryObtain returns lock.ErrNotObtained when another owner of the same
+// deletes the hold key (one request, unconditional: no other key can be at
+// its path meanwhile, as the path holds the Client's lease and the hold
+// keeps the key's slot, below, until the deletion has returned; a
+// read-write lock's hold keys are numbered). Since a Client has one hold
+// key per key, its owners take turns for a key in process (a channel per
+// key) before one of them queues in etcd; TryObtain returns lock.ErrNotObtained when another owner of the same
 // Client holds or waits for the key.
 //
 // The hold key's creation runs detached from ctx (bounded by 5 s), so that

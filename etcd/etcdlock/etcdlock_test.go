@@ -388,3 +388,113 @@ func TestClose(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// waitQueued waits until key has n hold keys (the holder's and its
+// waiters'), and returns them in the order they hold.
+func waitQueued(t *testing.T, c *etcdlock.Client, key string, n int) []etcdlock.Entry {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		info, err := c.Inspect(ctxFor(t, 5*time.Second), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if 1+len(info.Waiters) >= n && info.Held() {
+			return append([]etcdlock.Entry{info.Holder}, info.Waiters...)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d hold keys of %q not made in 5 s: %+v", n, key, info)
+		}
+	}
+}
+
+// TestOnlyPredecessorGoneNotAGrantWithoutKey: a waiter whose one
+// predecessor is deleted takes the lock without reading the queue again,
+// but only once it has read its own hold key at a revision no older than
+// the deletion. Here its key was deleted by hand while it waited: it must
+// queue again (a new key, a larger token), not return a hold that no key
+// in etcd backs (a newcomer would then hold the lock beside it).
+func TestOnlyPredecessorGoneNotAGrantWithoutKey(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	holder, waiter := newClient(t, cli), newClient(t, dial(t, server.Endpoints()...))
+	ctx := ctxFor(t, 20*time.Second)
+	key := "only-pred-key-gone"
+	l := obtain(t, holder, ctx, key)
+	ch := obtainAsync(ctx, waiter, key)
+	q := waitQueued(t, holder, key, 2)
+	if _, err := cli.Delete(ctx, q[1].Path); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ch:
+		t.Fatalf("waiter returned while the lock is held: %v", r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release(t, l)
+	r := await(t, ch, 5*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.lease.Token() <= q[1].Token {
+		t.Fatalf("waiter's token %d, not above its deleted hold key's %d: a hold with no key behind it", r.lease.Token(), q[1].Token)
+	}
+	if _, tok, err := holder.Holder(ctx, key); err != nil || tok != r.lease.Token() {
+		t.Fatalf("Holder: token %d (%v), want the waiter's %d", tok, err, r.lease.Token())
+	}
+	release(t, r.lease)
+}
+
+// TestAbandonedPredecessorNotAGrant: the third in line watches the second,
+// which gives up while the first still holds; the second was not the only
+// key before the third's, so the third reads the queue again and keeps
+// waiting, and holds once the first releases.
+func TestAbandonedPredecessorNotAGrant(t *testing.T) {
+	cli := dial(t, server.Endpoints()...)
+	first := newClient(t, cli)
+	second, third := newClient(t, dial(t, server.Endpoints()...)), newClient(t, dial(t, server.Endpoints()...))
+	ctx := ctxFor(t, 20*time.Second)
+	key := "abandoned-pred"
+	l := obtain(t, first, ctx, key)
+	ctx2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	ch2 := obtainAsync(ctx2, second, key)
+	waitQueued(t, first, key, 2)
+	ch3 := obtainAsync(ctx, third, key)
+	waitQueued(t, first, key, 3)
+	cancel2()
+	if r := await(t, ch2, 5*time.Second); !errors.Is(r.err, lock.ErrNotObtained) {
+		t.Fatalf("second after cancel: %v, want lock.ErrNotObtained", r.err)
+	}
+	// The second's key is gone now (Obtain deletes it before it returns).
+	waitQueuedExactly(t, first, key, 2)
+	select {
+	case r := <-ch3:
+		t.Fatalf("third got the lock while the first holds it: %v", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release(t, l)
+	r := await(t, ch3, 5*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.lease.Token() <= l.Token() {
+		t.Fatalf("third's token %d not above the first's %d", r.lease.Token(), l.Token())
+	}
+	release(t, r.lease)
+}
+
+// waitQueuedExactly waits until key has exactly n hold keys.
+func waitQueuedExactly(t *testing.T, c *etcdlock.Client, key string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		info, err := c.Inspect(ctxFor(t, 5*time.Second), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Held() && 1+len(info.Waiters) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q has not %d hold keys in 5 s: %+v", key, n, info)
+		}
+	}
+}

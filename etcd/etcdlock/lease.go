@@ -123,7 +123,7 @@ func (l *Lease) release(ctx context.Context) error {
 	c.dropLocked(h)
 	c.mu.Unlock()
 	c.obs.Held(h.key, c.now().Sub(h.since))
-	err := c.deleteHold(ctx, h.path, h.token)
+	err := c.deleteOwn(ctx, h.path)
 	c.mu.Lock()
 	if h.inSlot {
 		h.inSlot = false
@@ -162,6 +162,23 @@ func (c *Client) loseLocked(h *hold, why error) {
 		h.inSlot = false
 		c.leaveLocked(h.key)
 	}
+}
+
+// deleteOwn deletes the hold key path of a hold being released: one round
+// trip, unconditional, as no other key can be at path meanwhile (the
+// Client's lease is in the path, and a mutex hold keeps its key's slot
+// until the deletion has returned, which keeps this Client's other owners
+// of the key out; a read-write hold's path is numbered). It returns
+// lock.ErrNotHeld if the key was gone (ForceRelease, or the lease ended).
+func (c *Client) deleteOwn(ctx context.Context, path string) error {
+	resp, err := c.cli.Delete(ctx, path)
+	if err != nil {
+		return err
+	}
+	if resp.Deleted == 0 {
+		return lock.ErrNotHeld
+	}
+	return nil
 }
 
 // deleteHold deletes the hold key path if its create revision is rev: one
