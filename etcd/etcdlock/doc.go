@@ -118,12 +118,11 @@
 //
 // Re-entry is by owner, within one Client: the Client counts the levels of
 // each (owner, key) hold in process, and only the outermost Release
-// deletes the hold key (one request, unconditional: no other key can be at
-// its path meanwhile, as the path holds the Client's lease and the hold
-// keeps the key's slot, below, until the deletion has returned; a
-// read-write lock's hold keys are numbered). Since a Client has one hold
-// key per key, its owners take turns for a key in process (a channel per
-// key) before one of them queues in etcd; TryObtain returns lock.ErrNotObtained when another owner of the same
+// deletes the hold key (one transaction, conditional on its create
+// revision: a deletion that returned an error may still be applied after
+// this Client's next owner of the key made the same path again). Since a
+// Client has one hold key per key, its owners take turns for a key in
+// process (a channel per key) before one of them queues in etcd; TryObtain returns lock.ErrNotObtained when another owner of the same
 // Client holds or waits for the key.
 //
 // The hold key's creation runs detached from ctx (bounded by 5 s), so that

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordkit/coordkit/etcd/etcdlock"
+	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -496,5 +497,53 @@ func waitQueuedExactly(t *testing.T, c *etcdlock.Client, key string, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%q has not %d hold keys in 5 s: %+v", key, n, info)
 		}
+	}
+}
+
+// TestLateReleaseSparesNextHold: a Release whose deletion is slow on the
+// wire returns on its ctx's deadline and gives the key's slot back; the
+// same Client's next owner of the key makes the same path (same lease)
+// over another connection. The late deletion must not delete that new
+// hold key: another Client would then hold the lock too. (An
+// unconditional deletion did, found by a review of 6c54d26.)
+func TestLateReleaseSparesNextHold(t *testing.T) {
+	const lat = 600 * time.Millisecond
+	var ps []*testserver.Proxy
+	var addrs []string
+	for range 5 { // the client round-robins its requests over 5 connections to one member
+		p := testserver.StartProxy(t, server.Nodes()[0].Addr())
+		ps, addrs = append(ps, p), append(addrs, p.Addr())
+	}
+	setLat := func(d time.Duration) {
+		for _, p := range ps {
+			p.SetLatency(d)
+		}
+	}
+	c := newClient(t, dial(t, addrs...))
+	other := newClient(t, dial(t, server.Endpoints()...))
+	raw := dial(t, server.Endpoints()...)
+	for i := range 3 {
+		key := fmt.Sprintf("late-release-%d", i)
+		ctx := ctxFor(t, 20*time.Second)
+		a := obtain(t, c, lock.WithOwner(ctx, "A"), key)
+		setLat(lat)
+		rctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := a.Release(rctx)
+		cancel()
+		time.Sleep(30 * time.Millisecond) // the deletion is on the wire
+		setLat(0)
+		t.Logf("attempt %d: A's Release: %v", i, err)
+		b, err := c.Obtain(lock.WithOwner(ctx, "B"), key)
+		if err != nil {
+			t.Fatalf("B: %v", err)
+		}
+		time.Sleep(lat + 500*time.Millisecond) // the late deletion lands
+		if keys := holdKeys(t, raw, key); len(keys) != 1 && !closed(b.Lost()) {
+			if l2, err := other.TryObtain(ctx, key); err == nil {
+				t.Fatalf("B holds (token %d, not lost) with hold keys %v; another Client holds too (token %d)", b.Token(), keys, l2.Token())
+			}
+			t.Fatalf("B holds (token %d, not lost) with hold keys %v, want its own", b.Token(), keys)
+		}
+		release(t, b)
 	}
 }

@@ -123,7 +123,7 @@ func (l *Lease) release(ctx context.Context) error {
 	c.dropLocked(h)
 	c.mu.Unlock()
 	c.obs.Held(h.key, c.now().Sub(h.since))
-	err := c.deleteOwn(ctx, h.path)
+	err := c.deleteHold(ctx, h.path, h.token)
 	c.mu.Lock()
 	if h.inSlot {
 		h.inSlot = false
@@ -164,25 +164,12 @@ func (c *Client) loseLocked(h *hold, why error) {
 	}
 }
 
-// deleteOwn deletes the hold key path of a hold being released: one round
-// trip, unconditional, as no other key can be at path meanwhile (the
-// Client's lease is in the path, and a mutex hold keeps its key's slot
-// until the deletion has returned, which keeps this Client's other owners
-// of the key out; a read-write hold's path is numbered). It returns
-// lock.ErrNotHeld if the key was gone (ForceRelease, or the lease ended).
-func (c *Client) deleteOwn(ctx context.Context, path string) error {
-	resp, err := c.cli.Delete(ctx, path)
-	if err != nil {
-		return err
-	}
-	if resp.Deleted == 0 {
-		return lock.ErrNotHeld
-	}
-	return nil
-}
-
 // deleteHold deletes the hold key path if its create revision is rev: one
-// round trip. It returns lock.ErrNotHeld if it was gone.
+// round trip. It returns lock.ErrNotHeld if it was gone. The condition is
+// what makes a late copy harmless: a Release whose deletion returns an
+// error (its ctx's deadline, say) may still be applied after this Client's
+// next owner of the key made the same path again
+// (TestLateReleaseSparesNextHold).
 func (c *Client) deleteHold(ctx context.Context, path string, rev int64) error {
 	resp, err := c.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(path), "=", rev)).
