@@ -784,7 +784,8 @@ func TestLiveness(t *testing.T) {
 	assertKinds(t, "anomaly", r.Anomalies, []string{aLiveness})
 }
 
-// TestEtcdBackend: etcd runs in the long profile only (make chaos), with a
+// TestEtcdBackend: etcd runs in the long profile (make chaos) and by name
+// in the short one (make test runs it after the short profile), with a
 // duration in both profiles' tables; its holds live by the Client's one
 // lease (no lock.WithTTL, one long key of the TTL's life); its nemesis has
 // the member, leader and client faults, a leader pause outlasting an

@@ -129,7 +129,7 @@ var profiles = map[string]runConfig{
 		ttl: time.Second, session: 2 * time.Second, faults: 10, hold: 10 * time.Millisecond, gapMin: 200 * time.Millisecond, gapMax: 600 * time.Millisecond,
 		// zk: 5 s more for zk-notify-partition (about 3.6 s) beside its 7 other kinds.
 		// sql, sem, sqlid: 15-20 s, so that make test stays within 4 minutes.
-		// etcd (by name only: longBackends): 30 s for its 8 kinds, as zk.
+		// etcd (by name: longBackends; make test runs it after the profile): 30 s for its 8 kinds, as zk.
 		durs: map[string]time.Duration{"ids": 24 * time.Second, "zk": 30 * time.Second, "etcd": 30 * time.Second,
 			"sql": 20 * time.Second, "sem": 15 * time.Second, "sqlid": 15 * time.Second, "bank": 15 * time.Second,
 			"rw": 25 * time.Second}, idRate: 20_000,
