@@ -84,7 +84,7 @@ func (c *Client) obtain(ctx context.Context, key string, opts []lock.Option, blo
 	}
 	q := queue{key: key, pfx: c.prefix + "/" + key + "/", slot: true}
 	q.first = q.pfx
-	q.path = func(g *generation) string { return fmt.Sprintf("%s%x", q.pfx, int64(g.id)) }
+	q.path = func(g *generation) string { return fmt.Sprintf("%s%x-%d", q.pfx, int64(g.id), c.seq.Add(1)) }
 	for {
 		h, reaping, err := c.acquire(ctx, q, owner, block)
 		c.mu.Lock()
@@ -130,7 +130,10 @@ type queue struct {
 	// were made before it: pfx for an exclusive hold (every key), the
 	// writers' "<pfx>w/" for a reader.
 	first string
-	// path is the hold key on g's lease.
+	// path names a new hold key on g's lease, "<pfx><lease hex>-<n>", n
+	// new for every attempt (c.seq): a key is never made again at the
+	// path of one deleted, so a deletion applied late (Release's, whose
+	// request returned an error) deletes nothing but its own hold's key.
 	path func(g *generation) string
 	// slot: the attempt holds key's slot (the mutex: one hold key per
 	// Client and key); a creation of unknown outcome keeps it until its
@@ -143,10 +146,14 @@ type queue struct {
 // the hold, with its generation and token set. When the creation's
 // outcome is unknown, it returns reaping: the hold key is being deleted in
 // the background, which (q.slot) gives the key's slot back when done, so
-// that no later attempt of this Client makes the same key meanwhile.
+// that this Client has one hold key for the key at a time.
 func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool) (h *hold, reaping bool, err error) {
 	key := q.key
 	pause := 20 * time.Millisecond
+	var (
+		path    string
+		pathGen *generation // the lease path was named for
+	)
 	for {
 		g, err := c.lease(ctx)
 		if err != nil {
@@ -158,7 +165,12 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			}
 			continue
 		}
-		path := q.path(g)
+		if g != pathGen {
+			// A new name on each lease, the same one for every try on
+			// it: a creation sent again after no answer must find the
+			// first copy's key, if it made one.
+			path, pathGen = q.path(g), g
+		}
 		rev, w, err := c.create(ctx, q.first, path, owner, g)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):

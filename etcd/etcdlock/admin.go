@@ -20,7 +20,7 @@ type Entry struct {
 	Lease int64
 	// Token is the key's create revision: the holder's fencing token.
 	Token int64
-	// Path is the etcd key, "<prefix>/<key>/<lease hex>".
+	// Path is the etcd key, "<prefix>/<key>/<lease hex>-<n>".
 	Path string
 }
 
@@ -48,7 +48,7 @@ func entry(kv *mvccpb.KeyValue) Entry {
 // key's create revision), or "" and 0 when key is free. The owner is what
 // its Obtain's ctx carried (lock.WithOwner, as lock.Do sets); a hold
 // obtained without an owner in ctx has none, and Holder returns its hold
-// key's last element (the lease in hex) instead. One round trip, read-only.
+// key's last element (the lease in hex and the attempt's number) instead. One round trip, read-only.
 // lock.Client, redlock.Client and zklock.Client have the same method;
 // package election reads the leader through it.
 func (c *Client) Holder(ctx context.Context, key string) (owner string, token int64, err error) {

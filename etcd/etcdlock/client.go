@@ -78,9 +78,10 @@ func (g *generation) window() time.Duration { return g.ttl * 2 / 3 }
 // within the window.
 func (g *generation) beat() time.Duration { return g.ttl / 6 }
 
-// slot serialises this Client's holds and attempts on one key: its hold
-// key, "<prefix>/<key>/<lease>", is one per lease. ch holds a token while
-// an owner holds or waits for the key.
+// slot serialises this Client's holds and attempts on one key: one hold
+// key of the Client's at a time (a creation of unknown outcome keeps the
+// slot until its key is deleted). ch holds a token while an owner holds or
+// waits for the key.
 type slot struct {
 	ch   chan struct{}
 	refs int // the owners holding or waiting for ch; protected by Client.mu

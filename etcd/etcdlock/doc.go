@@ -92,14 +92,15 @@
 // Obtain, with the lease L (hex) and the owner o in ctx (lock.WithOwner;
 // empty without one):
 //
-//  1. One transaction: if the hold key "<prefix>/<key>/<L>" has no create
-//     revision, put it with value o and lease L, and read the keys made last
-//     under "<prefix>/<key>/" (by create revision, at most three). The
+//  1. One transaction: if the hold key "<prefix>/<key>/<L>-<n>" (n new for
+//     every attempt) has no create revision, put it with value o and lease
+//     L, and read the keys made last under "<prefix>/<key>/" (by create
+//     revision, at most three). The
 //     transaction's revision is the new key's create revision r, the token.
 //     If no key was made before the new one, the lock is held: an
 //     uncontended Obtain + Release is two round trips (the lease's grant
-//     aside). A leftover hold key of the same lease (a failed deletion) is
-//     deleted and the key made anew.
+//     aside). A key found at the name (a creation sent again after no
+//     answer, whose first copy made it) is deleted and the key made anew.
 //  2. Otherwise it watches its predecessor only (the key made last before
 //     its own), from the read's revision, for its deletion: a release wakes
 //     exactly one waiter (no herd). When the predecessor was the only key
@@ -118,9 +119,9 @@
 //
 // Re-entry is by owner, within one Client: the Client counts the levels of
 // each (owner, key) hold in process, and only the outermost Release
-// deletes the hold key (one transaction, conditional on its create
-// revision: a deletion that returned an error may still be applied after
-// this Client's next owner of the key made the same path again). Since a
+// deletes the hold key (one request, with no condition: a hold key's name
+// is new for every attempt, so a deletion that returned an error and is
+// applied later deletes nothing else). Since a
 // Client has one hold key per key, its owners take turns for a key in
 // process (a channel per key) before one of them queues in etcd; TryObtain returns lock.ErrNotObtained when another owner of the same
 // Client holds or waits for the key.
@@ -173,8 +174,8 @@
 //
 // # Schema
 //
-//	<prefix>/<key>/<lease hex>         value: the owner (or ""), lease: the Client's; one per Client and key (mutex)
-//	<prefix>.rw/<key>/w/<lease hex>-<n>  a writer's hold key: value the owner, lease the Client's; n numbers the Client's attempts
+//	<prefix>/<key>/<lease hex>-<n>       value: the owner (or ""), lease: the Client's; one per Client and key at a time (mutex); n numbers the Client's attempts
+//	<prefix>.rw/<key>/w/<lease hex>-<n>  a writer's hold key: value the owner, lease the Client's; n the same
 //	<prefix>.rw/<key>/r/<lease hex>-<n>  a reader's hold key, the same
 //
 // A Client with the prefix "<prefix>.rw" would meet the read-write locks of

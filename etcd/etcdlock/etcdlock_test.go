@@ -502,10 +502,11 @@ func waitQueuedExactly(t *testing.T, c *etcdlock.Client, key string, n int) {
 
 // TestLateReleaseSparesNextHold: a Release whose deletion is slow on the
 // wire returns on its ctx's deadline and gives the key's slot back; the
-// same Client's next owner of the key makes the same path (same lease)
-// over another connection. The late deletion must not delete that new
-// hold key: another Client would then hold the lock too. (An
-// unconditional deletion did, found by a review of 6c54d26.)
+// same Client's next owner of the key queues a hold key of its own, on the
+// same lease, over another connection. The late deletion must not delete
+// that new hold key: another Client would then hold the lock too. (With
+// one hold key name per lease and an unconditional deletion it did: found
+// by a review of 6c54d26. Names are new for every attempt now.)
 func TestLateReleaseSparesNextHold(t *testing.T) {
 	const lat = 600 * time.Millisecond
 	var ps []*testserver.Proxy

@@ -15,7 +15,7 @@ import (
 // share it.
 type hold struct {
 	key   string
-	path  string // the hold key, "<prefix>/<key>/<lease hex>"
+	path  string // the hold key, "<prefix>/<key>/<lease hex>-<n>"
 	token int64  // its create revision
 	gen   *generation
 	lost  chan struct{}
@@ -123,7 +123,7 @@ func (l *Lease) release(ctx context.Context) error {
 	c.dropLocked(h)
 	c.mu.Unlock()
 	c.obs.Held(h.key, c.now().Sub(h.since))
-	err := c.deleteHold(ctx, h.path, h.token)
+	err := c.deleteOwn(ctx, h.path)
 	c.mu.Lock()
 	if h.inSlot {
 		h.inSlot = false
@@ -164,12 +164,25 @@ func (c *Client) loseLocked(h *hold, why error) {
 	}
 }
 
+// deleteOwn deletes the hold key path of a hold being released: one
+// request, with no condition, since no other key is ever made at path (its
+// name is new for every attempt: queue.path). A deletion that returned an
+// error may still be applied later, and then deletes nothing else
+// (TestLateReleaseSparesNextHold). It returns lock.ErrNotHeld if the key
+// was gone (ForceRelease, or the lease ended).
+func (c *Client) deleteOwn(ctx context.Context, path string) error {
+	resp, err := c.cli.Delete(ctx, path)
+	if err != nil {
+		return err
+	}
+	if resp.Deleted == 0 {
+		return lock.ErrNotHeld
+	}
+	return nil
+}
+
 // deleteHold deletes the hold key path if its create revision is rev: one
-// round trip. It returns lock.ErrNotHeld if it was gone. The condition is
-// what makes a late copy harmless: a Release whose deletion returns an
-// error (its ctx's deadline, say) may still be applied after this Client's
-// next owner of the key made the same path again
-// (TestLateReleaseSparesNextHold).
+// round trip. It returns lock.ErrNotHeld if it was gone.
 func (c *Client) deleteHold(ctx context.Context, path string, rev int64) error {
 	resp, err := c.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(path), "=", rev)).
