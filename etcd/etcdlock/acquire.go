@@ -131,9 +131,11 @@ type queue struct {
 	// writers' "<pfx>w/" for a reader.
 	first string
 	// path names a new hold key on g's lease, "<pfx><lease hex>-<n>", n
-	// new for every attempt (c.seq): a key is never made again at the
-	// path of one deleted, so a deletion applied late (Release's, whose
-	// request returned an error) deletes nothing but its own hold's key.
+	// new for every attempt (c.seq): only the attempt that named it makes
+	// a key there (again only when a creation got no answer, or its key
+	// was deleted under it), so once the attempt has returned its hold, a
+	// deletion applied late (Release's, whose request returned an error)
+	// deletes nothing but that hold's key.
 	path func(g *generation) string
 	// slot: the attempt holds key's slot (the mutex: one hold key per
 	// Client and key); a creation of unknown outcome keeps it until its

@@ -165,10 +165,10 @@ func (c *Client) loseLocked(h *hold, why error) {
 }
 
 // deleteOwn deletes the hold key path of a hold being released: one
-// request, with no condition, since no other key is ever made at path (its
-// name is new for every attempt: queue.path). A deletion that returned an
-// error may still be applied later, and then deletes nothing else
-// (TestLateReleaseSparesNextHold). It returns lock.ErrNotHeld if the key
+// request, with no condition, since no key is made at path once its
+// attempt has returned the hold (its name is new for every attempt:
+// queue.path). A deletion that returned an error may still be applied
+// later, and then deletes nothing else (TestLateReleaseSparesNextHold). It returns lock.ErrNotHeld if the key
 // was gone (ForceRelease, or the lease ended).
 func (c *Client) deleteOwn(ctx context.Context, path string) error {
 	resp, err := c.cli.Delete(ctx, path)
