@@ -390,20 +390,21 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// waitQueued waits until key has n hold keys (the holder's and its
-// waiters'), and returns them in the order they hold.
-func waitQueued(t *testing.T, c *etcdlock.Client, key string, n int) []etcdlock.Entry {
+// waitQueued waits until key is held and has n hold keys (the holder's
+// and its waiters'), or at least n unless exactly, and returns them in the
+// order they hold.
+func waitQueued(t *testing.T, c *etcdlock.Client, key string, n int, exactly bool) []etcdlock.Entry {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		info, err := c.Inspect(ctxFor(t, 5*time.Second), key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if 1+len(info.Waiters) >= n && info.Held() {
+		if have := 1 + len(info.Waiters); info.Held() && (have == n || have > n && !exactly) {
 			return append([]etcdlock.Entry{info.Holder}, info.Waiters...)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d hold keys of %q not made in 5 s: %+v", n, key, info)
+			t.Fatalf("%d hold keys of %q (exactly: %v) not there in 5 s: %+v", n, key, exactly, info)
 		}
 	}
 }
@@ -421,7 +422,7 @@ func TestOnlyPredecessorGoneNotAGrantWithoutKey(t *testing.T) {
 	key := "only-pred-key-gone"
 	l := obtain(t, holder, ctx, key)
 	ch := obtainAsync(ctx, waiter, key)
-	q := waitQueued(t, holder, key, 2)
+	q := waitQueued(t, holder, key, 2, false)
 	if _, err := cli.Delete(ctx, q[1].Path); err != nil {
 		t.Fatal(err)
 	}
@@ -458,15 +459,15 @@ func TestAbandonedPredecessorNotAGrant(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(ctx)
 	defer cancel2()
 	ch2 := obtainAsync(ctx2, second, key)
-	waitQueued(t, first, key, 2)
+	waitQueued(t, first, key, 2, false)
 	ch3 := obtainAsync(ctx, third, key)
-	waitQueued(t, first, key, 3)
+	waitQueued(t, first, key, 3, false)
 	cancel2()
 	if r := await(t, ch2, 5*time.Second); !errors.Is(r.err, lock.ErrNotObtained) {
 		t.Fatalf("second after cancel: %v, want lock.ErrNotObtained", r.err)
 	}
 	// The second's key is gone now (Obtain deletes it before it returns).
-	waitQueuedExactly(t, first, key, 2)
+	waitQueued(t, first, key, 2, true)
 	select {
 	case r := <-ch3:
 		t.Fatalf("third got the lock while the first holds it: %v", r.err)
@@ -481,23 +482,6 @@ func TestAbandonedPredecessorNotAGrant(t *testing.T) {
 		t.Fatalf("third's token %d not above the first's %d", r.lease.Token(), l.Token())
 	}
 	release(t, r.lease)
-}
-
-// waitQueuedExactly waits until key has exactly n hold keys.
-func waitQueuedExactly(t *testing.T, c *etcdlock.Client, key string, n int) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		info, err := c.Inspect(ctxFor(t, 5*time.Second), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.Held() && 1+len(info.Waiters) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q has not %d hold keys in 5 s: %+v", key, n, info)
-		}
-	}
 }
 
 // TestLateReleaseSparesNextHold: a Release whose deletion is slow on the
