@@ -153,8 +153,9 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 	key := q.key
 	pause := 20 * time.Millisecond
 	var (
-		path    string
-		pathGen *generation // the lease path was named for
+		path     string
+		pathGen  *generation // the lease path was named for
+		doubtful bool        // a creation of path got no answer: see sweep
 	)
 	for {
 		g, err := c.lease(ctx)
@@ -171,7 +172,7 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			// A new name on each lease, the same one for every try on
 			// it: a creation sent again after no answer must find the
 			// first copy's key, if it made one.
-			path, pathGen = q.path(g), g
+			path, pathGen, doubtful = q.path(g), g, false
 		}
 		rev, w, err := c.create(ctx, q.first, path, owner, g)
 		switch {
@@ -187,15 +188,16 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			// The creation's outcome is unknown: try again. The same hold
 			// key (same lease) is made at most once, its transaction being
 			// conditional on its absence, and one found is made anew.
+			doubtful = true
 			if err := c.sleep(ctx, &pause); err != nil {
-				c.abandonUnknown(q, path)
+				c.abandonUnknown(q, path, g)
 				return nil, true, err
 			}
 			continue
 		case errors.Is(err, errUnknown):
 			// The creation's outcome is unknown: delete what it may have
 			// made before the slot is free for this Client's next try.
-			c.abandonUnknown(q, path)
+			c.abandonUnknown(q, path, g)
 			if ctx.Err() != nil {
 				return nil, true, notObtained(ctx)
 			}
@@ -204,24 +206,24 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			return nil, false, err
 		}
 		if ctx.Err() != nil {
-			c.abandon(path, rev)
+			c.abandon(path, rev, g, doubtful)
 			return nil, false, notObtained(ctx)
 		}
 		if w.pred == "" {
-			return &hold{key: key, path: path, token: rev, gen: g, lost: make(chan struct{})}, false, nil
+			return &hold{key: key, path: path, token: rev, gen: g, doubtful: doubtful, lost: make(chan struct{})}, false, nil
 		}
 		if !block {
-			c.abandon(path, rev)
+			c.abandon(path, rev, g, doubtful)
 			return nil, false, lock.ErrNotObtained
 		}
 		err = c.await(ctx, q.first, path, rev, g, w)
 		switch {
 		case err == nil:
-			return &hold{key: key, path: path, token: rev, gen: g, lost: make(chan struct{})}, false, nil
+			return &hold{key: key, path: path, token: rev, gen: g, doubtful: doubtful, lost: make(chan struct{})}, false, nil
 		case errors.Is(err, errRestart):
 			continue
 		default:
-			c.abandon(path, rev)
+			c.abandon(path, rev, g, doubtful)
 			return nil, false, err
 		}
 	}
@@ -419,14 +421,15 @@ func (c *Client) watchDeletion(ctx context.Context, key string, from int64, g *g
 
 // abandonUnknown deletes, in the background, the hold key path that a
 // creation of unknown outcome may have made, and then (q.slot) gives the
-// key's slot back: until then, no attempt of this Client makes that key.
-func (c *Client) abandonUnknown(q queue, path string) {
+// key's slot back; a copy of the creation that comes later is swept.
+func (c *Client) abandonUnknown(q queue, path string, g *generation) {
 	c.reapThen(path, func() {
 		if q.slot {
 			c.mu.Lock()
 			c.leaveLocked(q.key)
 			c.mu.Unlock()
 		}
+		c.sweep(path, g)
 	})
 }
 
@@ -435,12 +438,90 @@ func (c *Client) abandonUnknown(q queue, path string) {
 const abandonTimeout = time.Second
 
 // abandon deletes the hold key of an attempt given up, before Obtain
-// returns; if that fails, in the background.
-func (c *Client) abandon(path string, rev int64) {
+// returns; if that fails, in the background. If a creation of it got no
+// answer (doubtful), path is swept from then on.
+func (c *Client) abandon(path string, rev int64, g *generation, doubtful bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	defer cancel()
 	if err := c.deleteHold(ctx, path, rev); err != nil && err != lock.ErrNotHeld {
 		c.reap(path, rev)
+	}
+	if doubtful {
+		c.sweep(path, g)
+	}
+}
+
+// sweep keeps path free of keys on g's lease from now until g ends or the
+// Client is closed. It is called once path's attempt has ended (released,
+// given up) if a creation of path got no answer: that request may still
+// reach the server late (held on the wire) and make the key again, which
+// would then hold or queue with no one to delete it, since no attempt uses
+// the name again (TestLateCreationSwept). It deletes what is there, then
+// watches path for creations and deletes each, every deletion conditional
+// on the key's create revision. One watch per such name, for the lease's
+// life: only creations that got no answer within opTimeout make one.
+func (c *Client) sweep(path string, g *generation) {
+	c.spawn(func() {
+		ctx, cancel := context.WithCancel(c.life)
+		defer cancel()
+		go func() {
+			select {
+			case <-g.dead:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for pause := 50 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, 2*time.Second) {
+			if from, ok := c.sweepOnce(ctx, path, g); ok {
+				c.sweepWatch(ctx, path, g, from)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+		}
+	})
+}
+
+// sweepOnce deletes the key at path if it carries g's lease, and returns
+// the revision of the read (ok false if the read or the deletion failed).
+func (c *Client) sweepOnce(ctx context.Context, path string, g *generation) (int64, bool) {
+	rctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	resp, err := c.cli.Get(rctx, path)
+	if err != nil {
+		return 0, false
+	}
+	if len(resp.Kvs) > 0 && resp.Kvs[0].Lease == int64(g.id) {
+		if err := c.deleteHold(rctx, path, resp.Kvs[0].CreateRevision); err != nil && err != lock.ErrNotHeld {
+			return 0, false
+		}
+		c.log.Info("etcdlock: a late copy of a creation made a hold key again; deleted", "key", path)
+	}
+	return resp.Header.Revision, true
+}
+
+// sweepWatch watches path from revision from+1 and deletes each key made
+// there on g's lease, until the watch ends or a deletion fails.
+func (c *Client) sweepWatch(ctx context.Context, path string, g *generation, from int64) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range c.cli.Watch(wctx, path, clientv3.WithRev(from+1), clientv3.WithFilterDelete()) {
+		if wr.Err() != nil {
+			return
+		}
+		for _, ev := range wr.Events {
+			if ev.Kv.Lease != int64(g.id) {
+				continue
+			}
+			dctx, dcancel := context.WithTimeout(ctx, opTimeout)
+			err := c.deleteHold(dctx, path, ev.Kv.CreateRevision)
+			dcancel()
+			if err != nil && err != lock.ErrNotHeld {
+				return // sweepOnce again
+			}
+			c.log.Info("etcdlock: a late copy of a creation made a hold key again; deleted", "key", path)
+		}
 	}
 }
 

@@ -137,8 +137,13 @@
 // TryObtain, or Obtain whose ctx ended, gives up, it returns with the
 // Client deleting the key in the background (until it is gone, or the
 // Client is closed), and this Client's next attempt on the key waits for
-// that; a creation the server applies after that deletion would leave a
-// key that holds or queues until the lease ends (Close, or loss).
+// that. A copy of a creation that got no answer may also reach the server
+// after its attempt has ended (held on the wire), and make the key again
+// with no one to delete it, since no later attempt uses the name: so once
+// such an attempt ends (released, or given up), the Client watches that
+// name for the rest of its lease and deletes any key made there (one watch
+// per name; TestLateCreationSwept). Until it is deleted, such a key holds
+// or queues like any other.
 //
 // # The read-write lock
 //

@@ -532,3 +532,58 @@ func TestLateReleaseSparesNextHold(t *testing.T) {
 		release(t, b)
 	}
 }
+
+// TestLateCreationSwept: a blocking Obtain's creation gets no answer (its
+// connection holds it longer than the creation's 5 s bound), Obtain sends
+// it again on another connection, holds and releases; then the first copy
+// lands and makes the hold key again, on the Client's live lease. No
+// attempt uses that name again, so the Client must delete it (sweep):
+// else it holds the lock for no one until the lease ends, and every other
+// Obtain queues behind it (found by a review of 8af836d). Whether the
+// first copy itself is applied depends on when the server sees its
+// cancellation, so the test makes its key itself, as the copy would: the
+// creation's transaction, on the same name and lease.
+func TestLateCreationSwept(t *testing.T) {
+	const lat = 7 * time.Second // over the creation's bound (opTimeout, 5 s)
+	var ps []*testserver.Proxy
+	var addrs []string
+	for range 5 {
+		p := testserver.StartProxy(t, server.Nodes()[0].Addr())
+		ps, addrs = append(ps, p), append(addrs, p.Addr())
+	}
+	setLat := func(d time.Duration) {
+		for _, p := range ps {
+			p.SetLatency(d)
+		}
+	}
+	c := newClient(t, dial(t, addrs...), etcdlock.WithTTL(10*time.Second))
+	other := newClient(t, dial(t, server.Endpoints()...))
+	raw := dial(t, server.Endpoints()...)
+	ctx := ctxFor(t, 60*time.Second)
+	key := "late-create"
+	release(t, obtain(t, c, ctx, "late-create-warm")) // the lease granted
+	setLat(lat)
+	ch := obtainAsync(lock.WithOwner(ctx, "A"), c, key)
+	time.Sleep(50 * time.Millisecond) // the first copy is on the wire
+	setLat(0)
+	r := await(t, ch, 20*time.Second)
+	if r.err != nil {
+		t.Fatalf("A: %v", r.err)
+	}
+	info, err := raw.Get(ctx, prefix(t)+"/"+key+"/", clientv3.WithPrefix())
+	if err != nil || len(info.Kvs) != 1 {
+		t.Fatalf("A's hold key: %v (%v)", info, err)
+	}
+	path, lease := string(info.Kvs[0].Key), clientv3.LeaseID(info.Kvs[0].Lease)
+	release(t, r.lease)
+	// The first copy, late.
+	if _, err := raw.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
+		Then(clientv3.OpPut(path, "A", clientv3.WithLease(lease))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := other.Obtain(ctxFor(t, 3*time.Second), key)
+	if err != nil {
+		t.Fatalf("a late creation's key (hold keys %v) blocks another Client's Obtain: %v", holdKeys(t, raw, key), err)
+	}
+	release(t, l)
+}

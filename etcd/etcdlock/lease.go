@@ -18,10 +18,13 @@ type hold struct {
 	path  string // the hold key, "<prefix>/<key>/<lease hex>-<n>"
 	token int64  // its create revision
 	gen   *generation
-	lost  chan struct{}
-	hk    ownedKey  // set before the hold is registered, then read-only
-	owned bool      // hk is in Client.owned
-	since time.Time // when it was registered (granted), then read-only: for the Held hook
+	// doubtful: a creation of path got no answer (its first copy may
+	// still come): once released, path is swept (Client.sweep).
+	doubtful bool
+	lost     chan struct{}
+	hk       ownedKey  // set before the hold is registered, then read-only
+	owned    bool      // hk is in Client.owned
+	since    time.Time // when it was registered (granted), then read-only: for the Held hook
 
 	// Protected by Client.mu.
 	count  int  // the levels held (both sides, for a writer's hold)
@@ -130,6 +133,9 @@ func (l *Lease) release(ctx context.Context) error {
 		c.leaveLocked(h.key)
 	}
 	c.mu.Unlock()
+	if h.doubtful {
+		c.sweep(h.path, h.gen)
+	}
 	if err != nil && err != lock.ErrNotHeld {
 		c.reap(h.path, h.token)
 		return fmt.Errorf("etcdlock: release %q: %w (deletion goes on in the background)", h.key, err)
