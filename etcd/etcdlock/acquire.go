@@ -462,21 +462,15 @@ func (c *Client) abandon(path string, rev int64, g *generation, doubtful bool) {
 // life: only creations that got no answer within opTimeout make one.
 func (c *Client) sweep(path string, g *generation) {
 	c.spawn(func() {
-		ctx, cancel := context.WithCancel(c.life)
-		defer cancel()
-		go func() {
+		for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+			if from, ok := c.sweepOnce(c.life, path, g); ok {
+				c.sweepWatch(c.life, path, g, from)
+			}
 			select {
+			case <-c.life.Done():
+				return
 			case <-g.dead:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		for pause := 50 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, 2*time.Second) {
-			if from, ok := c.sweepOnce(ctx, path, g); ok {
-				c.sweepWatch(ctx, path, g, from)
-			}
-			select {
-			case <-ctx.Done():
+				return
 			case <-time.After(pause):
 			}
 		}
@@ -502,12 +496,21 @@ func (c *Client) sweepOnce(ctx context.Context, path string, g *generation) (int
 }
 
 // sweepWatch watches path from revision from+1 and deletes each key made
-// there on g's lease, until the watch ends or a deletion fails.
+// there on g's lease, until the watch ends, a deletion fails, g ends or
+// ctx does.
 func (c *Client) sweepWatch(ctx context.Context, path string, g *generation, from int64) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range c.cli.Watch(wctx, path, clientv3.WithRev(from+1), clientv3.WithFilterDelete()) {
-		if wr.Err() != nil {
+	wch := c.cli.Watch(wctx, path, clientv3.WithRev(from+1), clientv3.WithFilterDelete())
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-wch:
+		case <-g.dead:
+			return
+		}
+		if !ok || wr.Err() != nil {
 			return
 		}
 		for _, ev := range wr.Events {
