@@ -202,6 +202,9 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 				return nil, true, notObtained(ctx)
 			}
 			return nil, true, err
+		case err != nil && doubtful:
+			c.abandonUnknown(q, path, g)
+			return nil, true, err
 		case err != nil:
 			return nil, false, err
 		}
@@ -300,7 +303,10 @@ func (c *Client) create(ctx context.Context, before, path, owner string, g *gene
 				err := c.deleteHold(dctx, path, kvs[0].CreateRevision)
 				cancel()
 				if err != nil && err != lock.ErrNotHeld {
-					return 0, wait{}, fmt.Errorf("etcdlock: delete leftover hold key %s: %w", path, err)
+					// The key may stay: as a creation without an answer,
+					// the caller tries again or deletes it in the
+					// background and sweeps the name.
+					return 0, wait{}, fmt.Errorf("%w: delete leftover hold key %s: %w", errUnknown, path, err)
 				}
 			}
 			continue

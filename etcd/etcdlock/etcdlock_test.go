@@ -587,3 +587,53 @@ func TestLateCreationSwept(t *testing.T) {
 	}
 	release(t, l)
 }
+
+// TestLeftoverDeletionFails: a creation gets no answer, and its first copy
+// makes the key (made here, as the copy would); the second copy finds it,
+// and the deletion of that leftover gets no answer either, while the
+// Obtain's ctx ends. Obtain gives up, and the key must still go (deleted
+// in the background once the link heals, its name swept): it returned a
+// plain error and left the key, held for no one until the lease ended,
+// before (found by a review of cf48c46).
+func TestLeftoverDeletionFails(t *testing.T) {
+	p := testserver.StartProxy(t, server.Nodes()[0].Addr())
+	c := newClient(t, dial(t, p.Addr()), etcdlock.WithTTL(30*time.Second))
+	other := newClient(t, dial(t, server.Endpoints()...))
+	raw := dial(t, server.Endpoints()...)
+	key := "leftover-deletion-fails"
+	warm := obtain(t, c, ctxFor(t, 10*time.Second), key+"-warm")
+	ks := holdKeys(t, raw, key+"-warm")
+	release(t, warm)
+	// The next attempt's name: the same lease, the next number.
+	name := ks[0][strings.LastIndex(ks[0], "/")+1:]
+	i := strings.LastIndex(name, "-")
+	n, _ := strconv.Atoi(name[i+1:])
+	lease, _ := strconv.ParseInt(name[:i], 16, 64)
+	path := prefix(t) + "/" + key + "/" + name[:i] + "-" + strconv.Itoa(n+1)
+
+	p.SetLatency(7 * time.Second) // the first creation gets no answer within 5 s
+	start := time.Now()
+	ch := obtainAsync(ctxFor(t, 12*time.Second), c, key)
+	time.Sleep(200 * time.Millisecond)
+	ctx := ctxFor(t, 60*time.Second)
+	if _, err := raw.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
+		Then(clientv3.OpPut(path, "", clientv3.WithLease(clientv3.LeaseID(lease)))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(start.Add(time.Second)))
+	p.SetLatency(2 * time.Second) // the second copy (at about 5 s) is answered: the key is there
+	time.Sleep(time.Until(start.Add(8 * time.Second)))
+	p.SetBlackholeToServer(true) // the leftover's deletion (about 9 s) gets no answer
+	r := await(t, ch, 30*time.Second)
+	p.Cut()
+	p.Reset()
+	if r.err == nil {
+		t.Fatalf("Obtain held after %v: the faults' timing missed", time.Since(start))
+	}
+	t.Logf("Obtain gave up after %v: %v", time.Since(start).Round(time.Millisecond), r.err)
+	l, err := other.Obtain(ctxFor(t, 10*time.Second), key)
+	if err != nil {
+		t.Fatalf("another Client's Obtain: %v (hold keys %v)", err, holdKeys(t, raw, key))
+	}
+	release(t, l)
+}
