@@ -27,7 +27,7 @@ var errRestart = errors.New("etcdlock: hold key gone with its lease")
 // ErrInvalidTTL: the Client's lease has one TTL for all its holds (WithTTL).
 // An invalid key returns ErrInvalidKey. When Obtain returns an error, the
 // attempt has left no key behind (see the package documentation for the
-// one exception).
+// two exceptions, where the Client deletes it in the background).
 func (c *Client) Obtain(ctx context.Context, key string, opts ...lock.Option) (lock.Lease, error) {
 	return c.observed(key, func() (lock.Lease, error) { return c.obtain(ctx, key, opts, true) })
 }
@@ -202,11 +202,8 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 				return nil, true, notObtained(ctx)
 			}
 			return nil, true, err
-		case err != nil && doubtful:
-			c.abandonUnknown(q, path, g)
-			return nil, true, err
 		case err != nil:
-			return nil, false, err
+			return nil, false, err // none: create returns only the two above
 		}
 		if ctx.Err() != nil {
 			c.abandon(path, rev, g, doubtful)
@@ -249,9 +246,10 @@ type wait struct {
 
 // predsOpts are the options of a range request that reads the keys made
 // last under a prefix, latest first, at most three (the hold key itself
-// when the read ran in the transaction that made it, then its predecessor,
-// and one more, which tells that the predecessor is not the only key
-// before it), bounded by create revision maxRev (none: 0).
+// when the read ran in the transaction that made it and the prefix holds
+// it, which a reader's, the writers' prefix, does not; then its
+// predecessor, and one more, which tells that the predecessor is not the
+// only key before it), bounded by create revision maxRev (none: 0).
 func predsOpts(maxRev int64) []clientv3.OpOption {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(3)}
 	if maxRev > 0 {
@@ -278,9 +276,11 @@ func waitOf(kvs []*mvccpb.KeyValue, path string, rev int64) wait {
 // it: one transaction, one round trip. Its revision is the hold key's
 // create revision rev; the wait it returns has no predecessor when the
 // lock is held. It runs detached from ctx (bounded by opTimeout), so that
-// its outcome is known when ctx ends meanwhile. A leftover path (a
-// deletion that failed) is deleted and created anew, so that every
-// acquisition has a new create revision.
+// its outcome is known when ctx ends meanwhile. A key found at path (the
+// first copy of a creation that got no answer) is deleted and made anew,
+// so that every acquisition has a new create revision; if that deletion
+// fails, the outcome is unknown. It returns rpctypes.ErrLeaseNotFound, an
+// error matching errUnknown, or nil.
 func (c *Client) create(ctx context.Context, before, path, owner string, g *generation) (rev int64, w wait, err error) {
 	for {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
@@ -351,6 +351,11 @@ func (c *Client) await(ctx context.Context, pfx, path string, rev int64, g *gene
 		deleted, err := c.watchDeletion(ctx, w.pred, w.from, g)
 		if err != nil {
 			return err
+		}
+		if deleted == 0 { // the watch failed: look again after a pause
+			if err := c.sleep(ctx, &pause); err != nil {
+				return err
+			}
 		}
 		if w.only && deleted > 0 {
 			if ok, err := c.confirm(ctx, path, rev, deleted); err != nil || ok {

@@ -46,7 +46,7 @@ type Client struct {
 	wg   sync.WaitGroup
 
 	granting chan struct{} // a semaphore of one: one Grant in flight at a time
-	seq      atomic.Uint64 // numbers the read-write lock's hold keys
+	seq      atomic.Uint64 // numbers the attempts' hold key names
 
 	mu     sync.Mutex // protects the fields below, every generation's until, why and holds, every hold's mutable fields, every slot's refs
 	closed bool

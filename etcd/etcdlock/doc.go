@@ -102,7 +102,7 @@
 //     aside). A key found at the name (a creation sent again after no
 //     answer, whose first copy made it) is deleted and the key made anew.
 //  2. Otherwise it watches its predecessor only (the key made last before
-//     its own), from the read's revision, for its deletion: a release wakes
+//     its own), from just after the read's revision, for its deletion: a release wakes
 //     exactly one waiter (no herd). When the predecessor was the only key
 //     made before its own, its deletion makes the hold key the first (etcd's
 //     revisions only grow: no key made later comes before it), and one read
@@ -121,29 +121,31 @@
 // each (owner, key) hold in process, and only the outermost Release
 // deletes the hold key (one request, with no condition: a hold key's name
 // is new for every attempt, so a deletion that returned an error and is
-// applied later deletes nothing else). Since a
-// Client has one hold key per key, its owners take turns for a key in
-// process (a channel per key) before one of them queues in etcd; TryObtain returns lock.ErrNotObtained when another owner of the same
+// applied later deletes nothing else). A Client's owners take turns for a
+// key in process (a channel per key, the key's slot) before one of them
+// queues in etcd, so a Client has one attempt or hold per key at a time;
+// TryObtain returns lock.ErrNotObtained when another owner of the same
 // Client holds or waits for the key.
 //
 // The hold key's creation runs detached from ctx (bounded by 5 s), so that
 // its outcome is known: when ctx ends meanwhile, or while waiting, the
-// attempt deletes its key before Obtain returns (if the deletion takes
-// over a second, the Client goes on with it in the background). A
-// creation that gets no answer is sent again by Obtain: the transaction
-// is conditional on the key's absence, so a late first copy makes nothing
-// beside the second, and a key found is deleted and made anew. The one
-// exception to "no key left behind": when a creation gets no answer and
-// TryObtain, or Obtain whose ctx ended, gives up, it returns with the
-// Client deleting the key in the background (until it is gone, or the
-// Client is closed), and this Client's next attempt on the key waits for
-// that. A copy of a creation that got no answer may also reach the server
-// after its attempt has ended (held on the wire), and make the key again
-// with no one to delete it, since no later attempt uses the name: so once
-// such an attempt ends (released, or given up), the Client watches that
-// name for the rest of its lease and deletes any key made there (one watch
-// per name; TestLateCreationSwept). Until it is deleted, such a key holds
-// or queues like any other.
+// attempt deletes its key before Obtain returns. A creation that gets no
+// answer is sent again by Obtain: the transaction is conditional on the
+// key's absence, so a late first copy makes nothing beside the second, and
+// a key found is deleted and made anew. "No key left behind" has two
+// exceptions, where Obtain returns while the Client still deletes the key
+// in the background (until it is gone, the lease ends, or the Client is
+// closed): when the deletion of an attempt given up takes over a second;
+// and when a creation gets no answer and TryObtain, or Obtain whose ctx
+// ended, gives up (the mutex's slot is kept until the key is gone, so that
+// this Client's next attempt on the key waits for that). A copy of a
+// creation that got no answer may also reach the server after its attempt
+// has ended (held on the wire), and make the key again with no one to
+// delete it, since no later attempt uses the name: so once such an
+// attempt ends (released, or given up), the Client watches that name for
+// the rest of its lease and deletes any key made there (one watch per
+// name; TestLateCreationSwept). Until it is deleted, such a key holds or
+// queues like any other.
 //
 // # The read-write lock
 //
@@ -179,7 +181,7 @@
 //
 // # Schema
 //
-//	<prefix>/<key>/<lease hex>-<n>       value: the owner (or ""), lease: the Client's; one per Client and key at a time (mutex); n numbers the Client's attempts
+//	<prefix>/<key>/<lease hex>-<n>       value: the owner (or ""), lease: the Client's; one attempt per Client and key at a time (mutex); n numbers the Client's attempts
 //	<prefix>.rw/<key>/w/<lease hex>-<n>  a writer's hold key: value the owner, lease the Client's; n the same
 //	<prefix>.rw/<key>/r/<lease hex>-<n>  a reader's hold key, the same
 //
