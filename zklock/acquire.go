@@ -125,12 +125,13 @@ func (c *Client) create(ctx context.Context, parent string, k kind, owner string
 
 // findCreated looks for this attempt's node among parent's children. A node
 // found whose session is not the current one is on its way out: it is
-// deleted and reported not found.
+// deleted and reported not found. The list is read after a sync (see
+// syncedChildren).
 func (c *Client) findCreated(ctx context.Context, parent, guid string) (created, bool, error) {
 	var b backoff
 	for {
 		var names []string
-		err := c.call(ctx, func() (err error) { names, _, err = c.conn.Children(parent); return err })
+		err := c.call(ctx, func() (err error) { names, err = c.syncedChildren(parent); return err })
 		if errors.Is(err, zk.ErrNoNode) {
 			return created{}, false, nil
 		}

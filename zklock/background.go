@@ -165,7 +165,7 @@ func (c *Client) reapGUID(parent, guid string) {
 func (c *Client) reapGUIDNow(parent, guid string) {
 	var b backoff
 	for {
-		names, _, err := c.conn.Children(parent)
+		names, err := c.syncedChildren(parent)
 		if err == nil {
 			for _, name := range names {
 				if n, ok := parseNode(name); ok && n.guid == guid {
@@ -181,6 +181,25 @@ func (c *Client) reapGUIDNow(parent, guid string) {
 			return
 		}
 	}
+}
+
+// syncedChildren lists parent's children after a sync, so that the list
+// holds every create the leader has committed or has in flight (a sync
+// waits for the proposals before it): the lookups of a create whose reply
+// was lost with its connection. Without the sync, the server the session
+// reconnected to may be behind the leader and list no node, while the
+// create, sent on the old connection, is applied after: its node then
+// queues or holds for no one until the session ends (chaos zk seed 4
+// under load, key-stuck-after-heal: the head of the line was the node of
+// an Obtain that had given up). A create sent on the old connection that
+// reaches the leader after the session has moved to another server is
+// refused (session moved); on the same server it comes before the sync.
+func (c *Client) syncedChildren(parent string) ([]string, error) {
+	if _, err := c.conn.Sync(parent); err != nil {
+		return nil, err
+	}
+	names, _, err := c.conn.Children(parent)
+	return names, err
 }
 
 // backoff paces retries: 5 ms doubling to 500 ms.
