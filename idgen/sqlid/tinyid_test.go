@@ -132,8 +132,11 @@ func TestTinyidOneDown(t *testing.T) {
 	ctx := ctxT(t)
 	keepRunning(t, maria)
 	keepRunning(t, pg)
+	// A fetch timeout of 3 s: with 1 s, a fetch from the database still up
+	// timed out on a starved host (make test-stress) while the other was
+	// killed, and Next rightly failed with both databases failing.
 	s := newTinyid(t, twoStores(t), uniqueName(t),
-		sqlid.WithFetchTimeout(time.Second), sqlid.WithRetryDelay(100*time.Millisecond), sqlid.WithMaxStep(2000))
+		sqlid.WithFetchTimeout(3*time.Second), sqlid.WithRetryDelay(100*time.Millisecond), sqlid.WithMaxStep(2000))
 	if err := s.Register(ctx, "order", 0, 1000, ""); err != nil {
 		t.Fatal(err)
 	}
