@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -38,6 +39,38 @@ func TestCatalogApplies(t *testing.T) {
 		out, err := exec.Command("git", "-C", root, "apply", "--check", "--whitespace=nowarn", path).CombinedOutput()
 		if err != nil {
 			t.Errorf("%s does not apply to this tree: %v\n%s", m.Name, err, out)
+		}
+	}
+}
+
+// TestModuleOf: a "# Tests:" package of a module of its own (etcd/,
+// contrib/*) runs from that module's directory; one of the root module's
+// from the root; and every package the catalog's headers name exists.
+func TestModuleOf(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ pkg, dir, rel string }{
+		{"./etcd/etcdlock", "etcd", "./etcdlock"},
+		{"./redlock", "", "./redlock"},
+		{"./idgen/workerid", "", "./idgen/workerid"},
+	} {
+		dir, rel := moduleOf(root, c.pkg)
+		if want := filepath.Join(root, c.dir); dir != want || rel != c.rel {
+			t.Errorf("moduleOf(%s) = %s, %s; want %s, %s", c.pkg, dir, rel, want, c.rel)
+		}
+	}
+	ms, err := loadCatalog(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		for _, tc := range m.Tests {
+			dir, rel := moduleOf(root, tc[0])
+			if _, err := os.Stat(filepath.Join(dir, rel)); err != nil {
+				t.Errorf("%s: # Tests: package %s: %v", m.Name, tc[0], err)
+			}
 		}
 	}
 }

@@ -276,9 +276,10 @@ func runMutant(root, out string, m *mutant, profile string, seeds []string, time
 // the first that fails kills it.
 func testsKill(o outcome, src, logDir string, timeout time.Duration) outcome {
 	for i, t := range o.m.Tests {
+		dir, pkg := moduleOf(src, t[0])
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		cmd := exec.CommandContext(ctx, "go", "test", "-trimpath", "-count=1", "-run", t[1], t[0])
-		cmd.Dir = src
+		cmd := exec.CommandContext(ctx, "go", "test", "-trimpath", "-count=1", "-run", t[1], pkg)
+		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
 		timedOut := ctx.Err() != nil // read before cancel, which sets it
 		cancel()
@@ -289,6 +290,25 @@ func testsKill(o outcome, src, logDir string, timeout time.Duration) outcome {
 		}
 	}
 	return o
+}
+
+// moduleOf returns the directory of the Go module that holds package pkg
+// (a path relative to src, the repository's root, such as
+// ./etcd/etcdlock), the nearest one with a go.mod, and pkg relative to it
+// (./etcdlock): a package of a module of its own (etcd/, contrib/*) is
+// tested from that module, as go test requires.
+func moduleOf(src, pkg string) (string, string) {
+	rel := filepath.Clean(strings.TrimPrefix(pkg, "./"))
+	for d := rel; d != "." && d != string(filepath.Separator); d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(src, d, "go.mod")); err == nil {
+			sub, err := filepath.Rel(d, rel)
+			if err != nil {
+				break
+			}
+			return filepath.Join(src, d), "./" + filepath.ToSlash(sub)
+		}
+	}
+	return src, pkg
 }
 
 // checkerRun runs the checker once: "killed" with the anomaly kinds of its
