@@ -371,6 +371,43 @@ func TestCheck(t *testing.T) {
 		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(2), End: ms(4)}},
 			accepted:  []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 102}},
 			anomalies: []string{aOverlapUnrep}, info: map[string]int64{iReentries: 1}},
+		{name: "re-entry asked before another holder, answered after it", backend: "lock", build: func(h *hist) {
+			// .ci/run at e4787f8, lock seed 1: the nested Do ran on the
+			// server before the lock-delete and answered a's token, but
+			// its answer came back after b's acquisition had returned. It
+			// tells a nothing; a is told at its release, within the bound.
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.add(4, "a", opInvoke, "k0", "a/0/1/r", 0, "", 0)
+			h.evs[len(h.evs)-1].Outer = "a/0/1"
+			h.section(6, 8, "b", "k0", "b/0/1", 102, 1, "ok")
+			h.add(10, "a", opAcquired, "k0", "a/0/1/r", 100, "", 0)
+			h.add(11, "a", opCASInv, "k0", "a/0/1/r", 100, "", 0)
+			h.add(11, "a", opCAS, "k0", "a/0/1/r", 100, "refused", 0)
+			h.add(12, "a", opRelease, "k0", "a/0/1/r", 100, "", 0)
+			h.add(15, "a", opReleased, "k0", "a/0/1/r", 100, "notheld", 0)
+			h.add(15, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.outerEnd(16, "a", "k0", "a/0/1", 100, "refused", "notheld")
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(5), End: ms(6)}},
+			accepted:   []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 102}},
+			documented: []string{dOverlap}, info: map[string]int64{iReentries: 1}},
+		{name: "re-entry asked after another holder, answered with the old token", backend: "lock", build: func(h *hist) {
+			// The same, the nested Do asked after b's acquisition
+			// returned: it ran after whatever freed the key, so it must
+			// tell a by the time it returns.
+			h.outerStart(0, "a", "k0", "a/0/1", 100, 0)
+			h.section(4, 6, "b", "k0", "b/0/1", 102, 1, "ok")
+			h.add(7, "a", opInvoke, "k0", "a/0/1/r", 0, "", 0)
+			h.evs[len(h.evs)-1].Outer = "a/0/1"
+			h.add(10, "a", opAcquired, "k0", "a/0/1/r", 100, "", 0)
+			h.add(11, "a", opCASInv, "k0", "a/0/1/r", 100, "", 0)
+			h.add(11, "a", opCAS, "k0", "a/0/1/r", 100, "refused", 0)
+			h.add(12, "a", opRelease, "k0", "a/0/1/r", 100, "", 0)
+			h.add(15, "a", opReleased, "k0", "a/0/1/r", 100, "notheld", 0)
+			h.add(15, "a", opLost, "k0", "a/0/1", 100, "", 0)
+			h.outerEnd(16, "a", "k0", "a/0/1", 100, "refused", "notheld")
+		}, faults: []Fault{{Kind: fLockDelete, Target: "redis0", Start: ms(2), End: ms(3)}},
+			accepted:  []AcceptedWrite{{"a/0/1", 100}, {"b/0/1", 102}},
+			anomalies: []string{aOverlapUnrep}, info: map[string]int64{iReentries: 1}},
 		{name: "re-entry after the deleted hold was reported lost", backend: "lock", build: func(h *hist) {
 			// The fix: the nested Do's fresh acquisition reports a's hold
 			// lost before it returns; the new hold is a hold of its own.
