@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/sqllock"
+	"github.com/coordkit/coordkit/watchdog"
 )
 
 // The fault tests break the shared servers (the tests run one at a time)
@@ -214,53 +216,30 @@ func TestServerRestarted(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		srv := b.server()
 		keepRunning(t, srv)
+		if b.lease {
+			// Renewals that fail for a whole TTL on a starved host (each
+			// one bounded by TTL/3, the reconnection after the restart
+			// by connect_timeout) end the lease, its holder told
+			// (watchdog.ErrExpired): that run shows nothing of the
+			// restart, and the case runs again, three times at most.
+			// Any other outcome decides it.
+			for attempt := 1; !leaseOutlivesRestart(t, b, srv, attempt); attempt++ {
+				if attempt == 3 {
+					t.Fatal("three runs in a row, the holder's renewals failed for a whole TTL after a restart (watchdog.ErrExpired): they never got through once the database was back")
+				}
+			}
+			return
+		}
 		ctx := ctxTimeout(t, 60*time.Second)
 		key := uniqueKey(t)
 		a := b.client(t, b.shortDB(t))
-		ttl := faultTTL
-		if b.lease {
-			// The lease outlives the restart when its TTL does: a restart
-			// on a loaded machine takes longer than faultTTL (the case
-			// failed 1 run in 4 at 900 ms, load 6). Two TTLs after the
-			// restart the row is there only if renewals went on.
-			ttl = 3 * time.Second
-		}
-		l := mustObtain(t, ctx, a, key, lock.WithTTL(ttl))
+		l := mustObtain(t, ctx, a, key, lock.WithTTL(faultTTL))
 		loss := watchLoss(t, l)
 		crashed := time.Now()
 		if err := srv.Restart(); err != nil {
 			t.Fatal(err)
 		}
 		restarted := time.Now()
-		if b.lease {
-			time.Sleep(2 * ttl)
-			other := b.client(t, nil)
-			o, err := other.TryObtain(ctx, key)
-			if took := restarted.Sub(crashed); err == nil && took >= 2*ttl/3 {
-				// The last renewal before the crash was at most TTL/3
-				// earlier: a server down for 2TTL/3 or more (make
-				// test-stress saw a loaded restart take that long) may
-				// outlast the lease, which then expires, its holder told
-				// first.
-				if lock.LostCause(l) == nil {
-					t.Fatalf("another owner obtained the lock after a %v restart while the holder still believes it holds it", took.Round(time.Millisecond))
-				}
-				t.Logf("the restart took %v of the TTL %v: the lease expired, its holder told, and another owner obtained it", took.Round(time.Millisecond), ttl)
-				o.Release(ctx)
-				return
-			}
-			if !errors.Is(err, lock.ErrNotObtained) {
-				t.Fatalf("TryObtain by another owner after a %v restart: %v, want lock.ErrNotObtained", restarted.Sub(crashed).Round(time.Millisecond), err)
-			}
-			if err := lock.LostCause(l); err != nil {
-				t.Fatalf("the lease did not survive the restart: %v", err)
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("Release after the restart: %v", err)
-			}
-			mustObtain(t, ctx, other, key).Release(ctx)
-			return
-		}
 		got := <-obtainSoon(ctx, b.client(t, b.shortDB(t)), key)
 		if got.err != nil {
 			t.Fatalf("obtaining after the restart: %v", got.err)
@@ -277,6 +256,55 @@ func TestServerRestarted(t *testing.T) {
 			t.Errorf("another owner held the lock %v before the holder's loss", lost.Sub(got.at))
 		}
 	})
+}
+
+// leaseOutlivesRestart is TestServerRestarted on the lease table: a hold
+// with a 3 s TTL (a restart on a loaded machine takes longer than
+// faultTTL: the case failed 1 run in 4 at 900 ms, load 6), the database
+// restarted, then two TTLs: the row is there only if the renewals went on,
+// and another owner's TryObtain is refused. It returns false (run again)
+// when the renewals failed for a whole TTL, the holder told (make
+// test-stress loaded-2 at 9f26064: another owner obtained the lock after a
+// 221 ms restart); it fails the test on anything else that lets another
+// owner in.
+func leaseOutlivesRestart(t *testing.T, b backend, srv server, attempt int) bool {
+	t.Helper()
+	const ttl = 3 * time.Second
+	ctx := ctxTimeout(t, 60*time.Second)
+	key := fmt.Sprintf("%s-%d", uniqueKey(t), attempt)
+	a := b.client(t, b.shortDB(t))
+	l := mustObtain(t, ctx, a, key, lock.WithTTL(ttl))
+	crashed := time.Now()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(crashed).Round(time.Millisecond)
+	time.Sleep(2 * ttl)
+	other := b.client(t, nil)
+	o, err := other.TryObtain(ctx, key)
+	cause := lock.LostCause(l)
+	switch {
+	case err == nil && cause == nil:
+		t.Fatalf("another owner obtained the lock after a %v restart while the holder still believes it holds it", took)
+	case err == nil && errors.Is(cause, watchdog.ErrExpired):
+		// The last renewal before the crash was at most TTL/3 earlier,
+		// and none after it got through in time: a starved host, or a
+		// restart that outlasted the lease (2TTL/3 or more).
+		t.Logf("run %d: restart took %v; the renewals failed for a whole TTL (%v), the holder told; another owner obtained the lock", attempt, took, cause)
+		o.Release(ctx)
+		return false
+	case err == nil:
+		t.Fatalf("another owner obtained the lock after a %v restart; the holder's loss: %v (want the row kept and renewed)", took, cause)
+	case !errors.Is(err, lock.ErrNotObtained):
+		t.Fatalf("TryObtain by another owner after a %v restart: %v, want lock.ErrNotObtained", took, err)
+	case cause != nil:
+		t.Fatalf("the lease did not survive a %v restart: %v", took, cause)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release after the restart: %v", err)
+	}
+	mustObtain(t, ctx, other, key).Release(ctx)
+	return true
 }
 
 // TestConnectionCut: the holder's connections are cut by a proxy. A
