@@ -100,7 +100,19 @@ const (
 	// a grant is judged from when it was sent), and the holder's own
 	// renewals go unanswered, so its lease runs out on its own clock, not
 	// later than on the server's. Long profile, as fReplyLost.
-	fReplyLate       = "reply-late"
+	fReplyLate = "reply-late"
+	// fHostStall is no fault the nemesis injects: the orchestrator, whose
+	// goroutines carry every client's connections to the servers (the
+	// proxies) and which runs the nemesis, ran nothing for stallMin or
+	// more (the host's load). Every proxy held its traffic meanwhile, as
+	// a proxy-blackhole of every client would: renewals did not get
+	// through, a lease could run out, a request could reach its server
+	// late. watchHostStalls records it in faults.jsonl (Target
+	// "orchestrator", no Proc: it touched every process); the checks
+	// that ask whether a fault on a server or a process explains an
+	// outcome count it, and none counts it as freeing a key for another
+	// holder (it is in no backend's documented faults).
+	fHostStall       = "host-stall"
 	fServerPause     = "server-pause"      // SIGSTOP a server, then SIGCONT
 	fRestartKeep     = "restart-keep-data" // kill -9 a Redis after SAVE, restart with its data
 	fRestartNoData   = "restart-no-data"   // kill -9 a Redis, restart empty
@@ -884,4 +896,33 @@ func (e *env) deleteLocks(ctx context.Context, s step) (string, string, error) {
 		}
 	}
 	return target, fmt.Sprintf("%d lock hashes deleted in %d rounds over %v", deleted, rounds, s.Dur), nil
+}
+
+// watchHostStalls records an fHostStall fault in log whenever the
+// orchestrator went stallMin or more without running a 10 ms ticker's
+// goroutine (as watchStalls does in a client process), until the returned
+// stop is called; stop waits for it to end, and may be called again.
+func watchHostStalls(log *faultLog) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		last := monoNow()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			now := monoNow()
+			if gap := time.Duration(now - last); gap >= stallMin {
+				log.add(Fault{Kind: fHostStall, Target: "orchestrator", Start: last, End: now,
+					Wall: time.Now().UnixNano() - int64(gap), Detail: fmt.Sprintf("%v without a 10 ms tick", gap.Round(time.Millisecond))})
+			}
+			last = now
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-ended }) }
 }

@@ -125,6 +125,13 @@ func (r *Report) infoNotes() []string {
 			"is such a stall, documented as a client pause is (the holder told in time, as for any overlap).",
 			iStalls, n, r.Info[iStallMaxMS], stallMin, iStallExcused, r.Info[iStallExcused]))
 	}
+	if n := r.Info[iHostStalls]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d (the longest %d ms): times the orchestrator, whose proxies carry every "+
+			"client's connections, ran nothing for %v or more (the host's load). Every connection stood still meanwhile, "+
+			"as under a %s of every client: the checks that look for a fault explaining a lost or thin hold count it; "+
+			"none counts it as freeing a key for another holder.",
+			iHostStalls, n, r.Info[iHostStallMaxMS], stallMin, fProxyBlackhole))
+	}
 	if n := r.Info[iLostHolds]; n > 0 {
 		notes = append(notes, fmt.Sprintf("%s %d: holds whose Lost channel closed. The nemesis kills, pauses and cuts off "+
 			"servers and clients, and a hold that can no longer be renewed must be reported lost; a run fails only on an "+

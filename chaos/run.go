@@ -376,6 +376,8 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 	}
 	if err := func() error {
 		defer e.close()
+		stopHostStalls := watchHostStalls(e.faults)
+		defer stopHostStalls() // on an early return; once more is a no-op
 		for _, s := range e.slots {
 			if err := e.spawn(s); err != nil {
 				return err
@@ -425,6 +427,7 @@ func runOne(cfg runConfig, dir string) (*Report, error) {
 		meta.HealedAt = monoNow()
 		sleepCtx(context.Background(), max(cfg.quiet, cfg.dur-time.Since(start)))
 		meta.StopAt = monoNow()
+		stopHostStalls()
 		noExpiry, copies := stopAudit(), stopCopies()
 		if cfg.backend == "ids" {
 			if err := writeJSON(filepath.Join(dir, "marks.json"), stopMarks()); err != nil {
