@@ -232,9 +232,12 @@ func TestSQLSessionKilled(t *testing.T) {
 					// The lease table's renewals open new connections after the
 					// cut: the TTL must cover a connection's set-up, which on a
 					// loaded machine took longer than the 600 ms a 900 ms TTL
-					// leaves (a .ci/run saw the term end). Two TTLs after the
-					// cut the term is live only if renewals went on.
-					ttl = 3 * time.Second
+					// leaves (a .ci/run saw the term end), and a starved host
+					// can fail every renewal (each bounded by TTL/3, its dial
+					// by the DSN's 1 s) for longer than 3 s: sqllock's
+					// TestServerRestarted saw it. Two TTLs after the cut the
+					// term is live only if renewals went on.
+					ttl = 6 * time.Second
 				}
 				a := newElection(t, b.client(t, b.openDB(t, b.dsn(px.Addr()))), key, "a", election.WithTTL(ttl))
 				bb := newElection(t, b.client(t, b.openDB(t, b.dsn(b.server().Addr()))), key, "b", election.WithTTL(ttl))

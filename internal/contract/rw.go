@@ -111,7 +111,26 @@ func checkRWWriterNotStarved(t *testing.T, b RWBackend) {
 		time.Sleep(100 * time.Millisecond)
 		w.Release(ctx)
 	}()
-	time.Sleep(200 * time.Millisecond) // the writer waits
+	// The writer waits: a new reader's TryObtain is refused from then on
+	// (a waiting writer is served before readers that come after it). A
+	// fixed sleep here let a writer that a loaded host had not yet
+	// scheduled, or whose client was still dialling, queue after r1.
+	probe := b.Open(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := probe.Read().TryObtain(lock.WithOwner(ctx, "probe"), key)
+		if errors.Is(err, lock.ErrNotObtained) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("probe reader: %v", err)
+		}
+		p.Release(ctx)
+		if time.Now().After(deadline) {
+			t.Fatal("a new reader still got in 10 s after the writer asked: the writer is not queued, or readers pass it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	late := make(chan time.Time, 1)
 	go func() {
 		l, err := readers.Read().Obtain(lock.WithOwner(ctx, "r1"), key)
