@@ -366,7 +366,10 @@ func TestLostTermCancelsRun(t *testing.T) {
 	defer cancel()
 	l := backends()[0].open(t).(*lock.Client)
 	key := newKey(t)
-	e := newElection(t, l, key, "a", election.WithTTL(600*time.Millisecond))
+	// 3 s: the next renewal (a second later) finds the hash gone. With
+	// 600 ms, a process stalled past the TTL lost the term to expiry
+	// (ErrExpired) before any renewal could find it gone.
+	e := newElection(t, l, key, "a", election.WithTTL(3*time.Second))
 	cause := make(chan error, 1)
 	e.Run(ctx, func(jctx context.Context, term *election.Term) error {
 		l.ForceRelease(ctx, key)

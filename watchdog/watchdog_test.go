@@ -159,9 +159,12 @@ func TestHangingRenewalLosesAtDeadline(t *testing.T) {
 func TestMaxHoldStopsRenewals(t *testing.T) {
 	var n atomic.Int32
 	begin := time.Now()
-	w := start(t, watchdog.Config{TTL: 600 * time.Millisecond, MaxHold: time.Second,
+	// TTL 3 s: with 600 ms, a test process stalled 600 ms or more within
+	// the first second woke past the lease's deadline, and the loss was
+	// ErrExpired (renewals that did not run), not ErrMaxHold.
+	w := start(t, watchdog.Config{TTL: 3 * time.Second, MaxHold: time.Second,
 		Renew: func(context.Context) error { n.Add(1); return nil }})
-	waitLost(t, w, 5*time.Second)
+	waitLost(t, w, 8*time.Second)
 	if d := time.Since(begin); d < time.Second {
 		t.Fatalf("lost after %v, before MaxHold", d)
 	}
