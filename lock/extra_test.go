@@ -90,7 +90,9 @@ func TestSimple(t *testing.T) {
 		a, b := newSimple(), newSimple()
 		key := uniqueKey(t)
 		ctx := lock.WithOwner(ctx, "me")
-		la := mustObtain(t, ctx, a, key, lock.WithTTL(100*time.Millisecond))
+		// 2 s: the second TryObtain must find the first hold there (at
+		// 100 ms a stalled test process saw it expire first).
+		la := mustObtain(t, ctx, a, key, lock.WithTTL(2*time.Second))
 		if _, err := a.TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
 			t.Fatalf("second TryObtain by the same owner: %v", err)
 		}

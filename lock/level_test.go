@@ -89,13 +89,15 @@ func TestNestedLongerTTLRaisesHold(t *testing.T) {
 	rdb := shared.Client(t)
 	c := newClient(t, nil, lock.WithPrefix("nested:"))
 	key := uniqueKey(t)
-	outer := mustObtain(t, ctx, c, key, lock.WithTTL(300*time.Millisecond))
+	// 2 s: the re-entry must find the outer hold there (at 300 ms a test
+	// process stalled past it saw the hold expire first).
+	outer := mustObtain(t, ctx, c, key, lock.WithTTL(2*time.Second))
 	sent := time.Now()
-	inner := mustObtain(t, ctx, c, key, lock.WithTTL(6*time.Second))
-	if u := inner.(lock.LeaseStatus).Until(); u.Before(sent.Add(6 * time.Second)) {
-		t.Fatalf("Until after a 6 s re-entry: %v from its send, want at least 6 s", u.Sub(sent))
+	inner := mustObtain(t, ctx, c, key, lock.WithTTL(12*time.Second))
+	if u := inner.(lock.LeaseStatus).Until(); u.Before(sent.Add(12 * time.Second)) {
+		t.Fatalf("Until after a 12 s re-entry: %v from its send, want at least 12 s", u.Sub(sent))
 	}
-	// Wait for two renewals of the hold (every 100 ms) to have run, then
+	// Wait for two renewals of the hold (every 667 ms) to have run, then
 	// compare the key's expiry with the lease's deadline (the last
 	// renewal's send time plus the TTL it set), not with a fixed 5 s: a
 	// starved host (load 23 on 2 cores) may read PTTL a second late.
@@ -111,8 +113,8 @@ func TestNestedLongerTTLRaisesHold(t *testing.T) {
 	}
 	until := status.Until()
 	d := rdb.PTTL(ctx, "nested:{"+key+"}").Val()
-	if left := time.Until(until) - time.Millisecond; d < left || until.Sub(sent) < 6*time.Second {
-		t.Fatalf("PTTL after the hold's renewals: %v, want at least the lease's %v left (the nested level's 6 s, deadline %v after the re-entry)", d, left, until.Sub(sent))
+	if left := time.Until(until) - time.Millisecond; d < left || until.Sub(sent) < 12*time.Second {
+		t.Fatalf("PTTL after the hold's renewals: %v, want at least the lease's %v left (the nested level's 12 s, deadline %v after the re-entry)", d, left, until.Sub(sent))
 	}
 	if err := lock.LostCause(outer); err != nil {
 		t.Fatal(err)

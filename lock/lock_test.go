@@ -203,12 +203,13 @@ func TestWatchdogKeepsLock(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	key := uniqueKey(t)
 	a, b := newClient(t, nil), newClient(t, nil)
-	// A 1 s TTL, renewed every third of it: 300 ms failed beside two CPU
+	// A 3 s TTL, renewed every third of it: 300 ms failed beside two CPU
 	// burners and other builds (load 23 on 2 cores), a renewal starved
-	// past the lease's end. 3 s is three TTLs, so the lock outlives its
-	// first lease only by renewals.
-	l := mustObtain(t, ctx, a, key, lock.WithTTL(time.Second))
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	// past the lease's end, and 1 s leaves a stalled test process only
+	// 670 ms. 7 s is more than two TTLs, so the lock outlives its first
+	// lease only by renewals.
+	l := mustObtain(t, ctx, a, key, lock.WithTTL(3*time.Second))
+	for end := time.Now().Add(7 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if _, err := b.TryObtain(ctx, key); !errors.Is(err, lock.ErrNotObtained) {
 			t.Fatalf("other client: %v, want ErrNotObtained", err)
 		}

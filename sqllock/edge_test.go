@@ -303,11 +303,13 @@ func TestClientFoundRows(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := ctxTimeout(t, 20*time.Second)
 			c := b.client(t, b.openDB(t, "clientFoundRows=true"))
-			// 600 ms: renewals (or a session lock's checks) every 200 ms,
+			// 3 s: renewals (or a session lock's checks) every second,
 			// each bounded by the TTL. At 150 ms, make test-stress saw a
-			// release on a loaded host fail with its connection closed.
-			l := mustObtain(t, ctx, c, uniqueKey(t), lock.WithTTL(600*time.Millisecond))
-			time.Sleep(700 * time.Millisecond) // a few renewals
+			// release on a loaded host fail with its connection closed;
+			// at 600 ms a stall of the test process past the TTL can
+			// expire the lease before a renewal runs.
+			l := mustObtain(t, ctx, c, uniqueKey(t), lock.WithTTL(3*time.Second))
+			time.Sleep(2200 * time.Millisecond) // two renewals
 			if err := lock.LostCause(l); err != nil {
 				t.Fatal(err)
 			}
