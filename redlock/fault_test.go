@@ -274,7 +274,10 @@ func TestExtensionLosesQuorum(t *testing.T) {
 		}
 	}
 	key := uniqueKey(t)
-	l := mustObtain(t, ctx, c, key, lock.WithTTL(ttl))
+	// 3 s: the hold must outlive the wait below for all five copies (fresh
+	// clients dial), which a stalled test process took past 600 ms.
+	const ttl2 = 3 * time.Second
+	l := mustObtain(t, ctx, c, key, lock.WithTTL(ttl2))
 	// Obtain returned at a quorum: wait until the hold is on all five, or
 	// a late acquisition could land after the deletion below and leave a
 	// quorum (masters 2, 3 and 4) holding it.
@@ -300,7 +303,9 @@ func TestExtensionLosesQuorum(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitClosed(t, l.Lost(), ttl, "Lost after the lock vanished from 3 of 5")
+	// The next renewal (TTL/3) finds it gone; 2 s for a renewal round over
+	// five masters on a loaded host.
+	waitClosed(t, l.Lost(), ttl2/3+2*time.Second, "Lost after the lock vanished from 3 of 5")
 	t.Logf("lost %v after the deletion", time.Since(start))
 	if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Release of a lost lease: %v", err)
