@@ -300,7 +300,7 @@ type prediction struct {
 	local        *rlHold // a local re-entry of this hold is expected
 	localMaybe   *rlHold // a gone hold whose loss may not be noticed yet: local re-entry or a round
 	free, maybe  int     // masters certainly free of other owners, maybe free
-	reenter      int64   // the largest token of the owner's holds on other clients it re-enters on some master, or 0
+	reenter      int64   // the largest token of the owner's holds on other clients (or gone ones on this client) it re-enters on some master, or 0
 	freeMasters  [nMasters]bool
 	maybeMasters [nMasters]bool
 }
@@ -321,7 +321,11 @@ func (m *redlockModel) predict(owner, client int) prediction {
 		blocked, maybe := false, false
 		for _, h := range m.holds {
 			if h.owner == owner {
-				if h.on[i] != onNone && h.client != client {
+				// A round re-enters the owner's level left on master i and
+				// answers its hold's token there: another client's hold, or
+				// a gone hold of this client (found lost, so not re-entered
+				// locally; see obtained).
+				if h.on[i] != onNone && (h.client != client || h.state != live) {
 					p.reenter = max(p.reenter, h.token)
 				}
 				continue
@@ -352,7 +356,19 @@ func (m *redlockModel) obtained(ctx context.Context, id, owner, client int, ttl 
 			m.leases[id] = &rlLease{id: id, l: l, ttl: ttl, released: true, hold: &rlHold{state: gone}}
 		}
 	}
-	if p.local != nil || (p.localMaybe != nil && err == nil && l.Token() == p.localMaybe.token) {
+	// A gone hold the client may not have found lost yet is re-entered
+	// locally only if the lease shares that hold's Lost: "the nested lease
+	// carries the hold's token and shares its Lost" (redlock/doc.go,
+	// Guarantees). Its token alone does not tell: a round of the client,
+	// which found the hold lost, re-enters the owner's levels left on the
+	// masters that still have them and answers their token ("Re-entry
+	// through another Client with the same owner gets the largest of the
+	// hold's tokens on its quorum", "Lease.Token is the largest token of
+	// the quorum that granted the lock", Fencing tokens) whenever the
+	// quorum that decided the round has no larger one (a master whose
+	// fresh token is larger answered after the decision). Such a round is a
+	// new hold with a level of its own on every master it took.
+	if p.local != nil || (p.localMaybe != nil && err == nil && l.Token() == p.localMaybe.token && sharesLost(p.localMaybe, l)) {
 		h := p.local
 		if h == nil {
 			h = p.localMaybe
@@ -423,6 +439,17 @@ func (m *redlockModel) obtained(ctx context.Context, id, owner, client int, ttl 
 	h.levels[id] = lr
 	m.leases[id] = lr
 	return nil
+}
+
+// sharesLost reports whether l is a level of the client's hold that h
+// models: a local re-entry shares its hold's Lost channel.
+func sharesLost(h *rlHold, l lock.Lease) bool {
+	for _, lr := range h.levels {
+		if lr.l.Lost() == l.Lost() {
+			return true
+		}
+	}
+	return false
 }
 
 // levelsOf counts the holds of owner with a definite level on master i.
