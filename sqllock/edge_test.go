@@ -163,7 +163,11 @@ func TestLostReplyAcquisition(t *testing.T) {
 		const ttl = 600 * time.Millisecond
 		ctx := ctxTimeout(t, 30*time.Second)
 		key := uniqueKey(t)
-		db, px := b.proxiedDB(t)
+		// A 5 s dial bound: the black hole comes after the pool is filled,
+		// and the Obtain into it is bounded by its ctx; with 1 s, the
+		// first dial timed out on a loaded host (make test-stress at
+		// b5e9b5f, PostgreSQL's lease table).
+		db, px := b.proxiedDBDialing(t, 5)
 		c := b.client(t, db, sqllock.WithWaitSlice(200*time.Millisecond))
 		mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
 		px.SetBlackholeToClient(true)
