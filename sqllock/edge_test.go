@@ -269,7 +269,9 @@ func TestLateAnswer(t *testing.T) {
 		const ttl = 200 * time.Millisecond
 		ctx := ctxTimeout(t, 30*time.Second)
 		key := uniqueKey(t)
-		db, px := b.proxiedDB(t)
+		// 5 s to dial, as TestLostReplyAcquisition: the latency comes
+		// after the pool is filled, and every call into it has a ctx.
+		db, px := b.proxiedDBDialing(t, 5)
 		c := b.client(t, db, sqllock.WithWaitSlice(time.Second))
 		mustObtain(t, ctx, c, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
 		px.SetLatency(ttl * 3 / 4)
