@@ -745,18 +745,6 @@ func (r *Result) liveLevel(in Input, hs []*Hold, b *Hold) bool {
 	if b.Key != twinKey || b.Owner == "" {
 		return false
 	}
-	life := in.lifeOf(b.Key).Nanoseconds()
-	for _, h := range hs {
-		if h == b || h.Owner != b.Owner || h.Token != b.Token || h.Acquired == 0 || h.Acquired >= b.Invoke {
-			continue
-		}
-		for _, f := range r.holds {
-			if f.Key == b.Key && f.Owner == b.Owner && f.Acquired == 0 && f.Fail != "" && f.Outer == "" &&
-				(h.Released == 0 || f.Invoke < h.Released) && f.Invoke < b.Invoke && f.Last+life >= b.Invoke {
-				return true
-			}
-		}
-	}
 	for _, h := range hs {
 		// Its hold stays on the servers until its release answered (a
 		// re-entry through another Client may come first on them); a
@@ -767,6 +755,19 @@ func (r *Result) liveLevel(in Input, hs []*Hold, b *Hold) bool {
 		ended := released || h.Lost != 0 && h.Lost <= b.Invoke
 		if h != b && h.Owner == b.Owner && h.Token == b.Token && h.Acquired != 0 && h.Acquired < b.Invoke && !ended {
 			return true
+		}
+	}
+	// Rarer, and dearer (every hold of the run): a failed round's levels.
+	life := in.lifeOf(b.Key).Nanoseconds()
+	for _, h := range hs {
+		if h == b || h.Owner != b.Owner || h.Token != b.Token || h.Acquired == 0 || h.Acquired >= b.Invoke {
+			continue
+		}
+		for _, f := range r.holds {
+			if f.Key == b.Key && f.Owner == b.Owner && f.Acquired == 0 && f.Fail != "" && f.Outer == "" &&
+				(h.Released == 0 || f.Invoke < h.Released) && f.Invoke < b.Invoke && f.Last+life >= b.Invoke {
+				return true
+			}
 		}
 	}
 	return false
