@@ -121,11 +121,13 @@ func TestLeaveGivesGrantBack(t *testing.T) {
 // again before the message is sent; its call-in goes over the connection
 // its pool keeps) calls in within half
 // of the grant's TTL and takes the permit: it keeps its turn. Before, it
-// called in after a third of its waiter timeout (2 s here) against a
-// 600 ms grant: the grant expired untaken, the waiter queued behind it
-// took the permit, and the first one queued again at the end.
+// called in after a third of its waiter timeout (10 s here) against a
+// 3 s grant: the grant expired untaken, the waiter queued behind it took
+// the permit, and the first one queued again at the end. (The grant was
+// 600 ms against a 6 s waiter timeout: a call-in due within 300 ms, which
+// a loaded host's stall can miss; 3 s against 30 s keeps the ratio.)
 func TestGrantOutlivesLostMessage(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := ctxFor(t, 60*time.Second)
 	name := newName(t)
 	holder := newClient(t, shared.Addr())
 	p, err := holder.TryAcquire(ctx, name)
@@ -141,7 +143,7 @@ func TestGrantOutlivesLostMessage(t *testing.T) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, addr)
 		}})
-	first := semaphore.New(rdbFirst, semaphore.WithWaiterTimeout(6*time.Second))
+	first := semaphore.New(rdbFirst, semaphore.WithWaiterTimeout(30*time.Second))
 	t.Cleanup(func() { refuse.Store(false); first.Close(); rdbFirst.Close() })
 	second := newClient(t, shared.Addr())
 	order := make(chan string, 2)
@@ -159,7 +161,7 @@ func TestGrantOutlivesLostMessage(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		errs <- q.Release(ctx)
 	}
-	go acquire(first, "first", lock.WithTTL(600*time.Millisecond))
+	go acquire(first, "first", lock.WithTTL(3*time.Second))
 	waitQueued(t, name, 1)
 	go acquire(second, "second")
 	waitQueued(t, name, 2)

@@ -122,8 +122,10 @@ func TestCloseReleasesCleanly(t *testing.T) {
 func TestUncleanEndWaitsForExpiry(t *testing.T) {
 	for _, b := range backends[:2] {
 		t.Run(b.name, func(t *testing.T) {
-			const ttl = 1500 * time.Millisecond
-			ctx := ctxTimeout(t, 20*time.Second)
+			// 3 s: the three refused TryObtains must all run before the
+			// row's expiry, which a loaded host's stalls can delay.
+			const ttl = 3 * time.Second
+			ctx := ctxTimeout(t, 30*time.Second)
 			key := uniqueKey(t)
 			l := mustObtain(t, ctx, b.client(t, nil), key, lock.WithTTL(ttl))
 			loss := watchLoss(t, l)
@@ -383,14 +385,15 @@ func TestObservabilitySession(t *testing.T) {
 			c := b.client(t, nil, sqllock.WithLogger(slog.New(logs)), sqllock.WithMetrics(m),
 				sqllock.WithMetricsKey(locktest.MetricsKey))
 			key := uniqueKey(t)
-			// 1 s: checks every 333 ms, each with the rest of the TTL to
+			// 3 s: checks every second, each with the rest of the TTL to
 			// answer. At 300 ms, .ci/run (every step at once) saw the
 			// check after the kill miss its deadline: the lease expired
-			// before the check could find the session gone.
-			l := mustObtain(t, ctx, c, key, lock.WithTTL(time.Second))
-			time.Sleep(750 * time.Millisecond) // a check or two
+			// before the check could find the session gone; 3 s leaves a
+			// loaded host's stalls room too.
+			l := mustObtain(t, ctx, c, key, lock.WithTTL(3*time.Second))
+			time.Sleep(2250 * time.Millisecond) // a check or two
 			killSession(t, b, key)
-			waitClosed(t, l.Lost(), 3*time.Second, "Lost of the killed session's lease")
+			waitClosed(t, l.Lost(), 6*time.Second, "Lost of the killed session's lease")
 			if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
 				t.Fatalf("Release of the lost lease: %v", err)
 			}
@@ -535,11 +538,15 @@ func TestLateGrantChecked(t *testing.T) {
 		if b.lease {
 			return // a lease-table acquisition does not wait in the server
 		}
-		const ttl = 600 * time.Millisecond
+		// 3 s, its grant 2.25 s after the send, in one slice of 4 s: at
+		// 600 ms, the assertion below (half the TTL left on return)
+		// allowed a stall of only 300 ms between the check and the
+		// return, which a loaded host can exceed.
+		const ttl = 3 * time.Second
 		ctx := ctxTimeout(t, 30*time.Second)
 		key := uniqueKey(t)
 		a := b.client(t, nil)
-		w := b.client(t, nil, sqllock.WithWaitSlice(time.Second))
+		w := b.client(t, nil, sqllock.WithWaitSlice(4*time.Second))
 		mustObtain(t, ctx, w, uniqueKey(t)).Release(ctx) // checks the schema, fills the pool
 		held := mustObtain(t, ctx, a, key)
 		type result struct {

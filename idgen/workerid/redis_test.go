@@ -96,7 +96,9 @@ func TestRedisConcurrentLeasesAreDistinct(t *testing.T) {
 func TestRedisKeyDeletedStopsGenerator(t *testing.T) {
 	r := testserver.StartRedis(t)
 	ctx := ctxT(t, 30*time.Second)
-	lr := newRedisLeaser(t, r, workerid.WithTTL(600*time.Millisecond))
+	// A TTL of 3 s, renewed every second: with a shorter one, a loaded
+	// host's stall can expire the lease before the first Next.
+	lr := newRedisLeaser(t, r, workerid.WithTTL(3*time.Second))
 	lease, err := lr.Lease(ctx, "svc")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +113,7 @@ func TestRedisKeyDeletedStopsGenerator(t *testing.T) {
 	}
 	// An operator deletes the key: the next renewal answers "not held".
 	r.Client(t).Del(ctx, "coordkit:worker:{svc}:0")
-	waitLost(t, lease, 2*time.Second)
+	waitLost(t, lease, 6*time.Second)
 	if _, err := sf.Next(); !errors.Is(err, idgen.ErrLeaseLost) {
 		t.Fatalf("Next after loss: want ErrLeaseLost, got %v", err)
 	}
