@@ -328,6 +328,7 @@ func Check(in Input) *Result {
 	r.checkLateGrants()
 	if in.Backend == "sem" { // checksem.go
 		r.checkPermits(in)
+		r.checkSemFairness(in)
 		r.checkLiveness(in)
 		return r
 	}
@@ -609,7 +610,7 @@ func (r *Result) checkReentries(in Input) {
 		window := in.lifeOf(h.Key).Nanoseconds() + reportBound(in, h.Key).Nanoseconds()
 		explained := false
 		for _, f := range in.Faults {
-			if f.Err != "" || (f.Proc != "" && f.Proc != o.Proc) {
+			if f.Err != "" || (f.Proc != "" && f.Proc != o.Proc) || !touchesHolds(f) {
 				continue
 			}
 			if f.Start <= h.Acquired && f.End+window >= o.Acquired {
@@ -641,6 +642,49 @@ const fairSlack = 200 * time.Millisecond
 // that already had a connection.
 const fairWarmup = 2 * time.Second
 
+// lockWaiterTimeout is package lock's default waiter timeout, which the
+// chaos clients keep: a grant lasts min(TTL, it).
+const lockWaiterTimeout = 5 * time.Second
+
+// touchesHolds reports whether fault f can end, shorten or delay a hold or
+// a command: every kind but pubsub-kill, which only loses Pub/Sub messages
+// (a waiter's grant; the waiter calls in for it). The checks that ask
+// whether any fault explains a loss or a late answer skip it.
+func touchesHolds(f Fault) bool { return f.Kind != fPubSubKill }
+
+// waitBounds returns, for the waiters of key on a queue served in arrival
+// order (fair lock, semaphore), how long a waiter's process must have run
+// nothing to have lost its turn: stall, its shortest TTL less fairSlack
+// (a grant it cannot take within its grant TTL expires; a semaphore
+// answer that comes after the TTL is given back, and the waiter queues
+// again); and unheard, the same while a pubsub-kill lost grant messages:
+// half its grant TTL less fairSlack (its call-in is due every half of
+// it, and the proxies and Redis may add delays no stall records), at
+// least stallMin (any stall recorded).
+func waitBounds(in Input, key string, waiterTimeout time.Duration) (stall, unheard int64) {
+	ttl := in.lifeOf(key)
+	if _, long := in.KeyLife[key]; !long && shortTTLs(in.Backend) {
+		ttl = shortTTL(ttl)
+	}
+	grant := min(ttl, waiterTimeout)
+	return (ttl - fairSlack).Nanoseconds(), max(stallMin, grant/2-fairSlack).Nanoseconds()
+}
+
+// queuedBy is when x's request had reached the server for sure: fairSlack
+// after its invocation, later by the time its process ran nothing from its
+// invocation until then (a stall or pause that began before it).
+func (r *Result) queuedBy(x *Hold) int64 {
+	stops := append(append([][2]int64(nil), r.pauses[x.Proc]...), r.selfStalls[x.Proc]...)
+	sort.Slice(stops, func(i, j int) bool { return stops[i][0] < stops[j][0] })
+	t := x.Invoke + fairSlack.Nanoseconds()
+	for _, s := range stops {
+		if s[0] < t && s[1] > x.Invoke {
+			t += s[1] - max(s[0], x.Invoke)
+		}
+	}
+	return t
+}
+
 // checkFairness: on the fair lock, a waiter that asked for a key
 // fairSlack before another is served first (lock/doc.go WithFair: FIFO,
 // no barging ahead of the live queue head): a later hold that began and
@@ -652,6 +696,13 @@ const fairWarmup = 2 * time.Second
 // a lease's life less fairSlack while it waited (a grant lasts the
 // waiter's TTL: a waiter that cannot take it meanwhile loses its turn, and
 // queues again at the end). Re-entries never queue.
+//
+// A pubsub-kill is no excuse: it loses grant messages, and a waiter that
+// hears none calls in at least every half of its grant TTL and takes its
+// grant (lock/doc.go, Grants; mutant 39). Only a stall of the waiter's
+// process while messages were being lost can have made it miss one
+// (waitBounds). A later asker is one that asked after the waiter's
+// request reached Redis for sure (queuedBy).
 func (r *Result) checkFairness(in Input) {
 	byKey := map[string][]*Hold{}
 	for _, h := range r.holds {
@@ -659,11 +710,11 @@ func (r *Result) checkFairness(in Input) {
 			byKey[h.Key] = append(byKey[h.Key], h)
 		}
 	}
-	slack := fairSlack.Nanoseconds()
 	for _, key := range sortedKeys(byKey) {
 		hs := byKey[key]
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Invoke < hs[j].Invoke })
 		life := in.lifeOf(key).Nanoseconds()
+		stall, unheard := waitBounds(in, key, lockWaiterTimeout)
 		for i, x := range hs {
 			if x.Invoke < r.procStart[x.Proc]+fairWarmup.Nanoseconds() {
 				continue
@@ -673,21 +724,15 @@ func (r *Result) checkFairness(in Input) {
 			if served == 0 {
 				served = x.Last
 			}
-			faulted := false
-			for _, f := range in.Faults {
-				if f.Err == "" && (f.Proc == "" || f.Proc == x.Proc) && f.Start <= served && f.End+life >= x.Invoke {
-					faulted = true
-					break
-				}
-			}
-			if faulted || r.stoppedFor(x.Proc, x.Invoke, served, life-slack) {
+			if r.waiterExcused(in, x, served, life, stall, unheard) {
 				continue
 			}
+			from := r.queuedBy(x)
 			for _, y := range hs[i+1:] {
 				if y.Invoke > served {
 					break
 				}
-				if y.Invoke < x.Invoke+slack || y.Acquired == 0 || y.Proc == x.Proc && y.G == x.G {
+				if y.Invoke < from || y.Acquired == 0 || y.Proc == x.Proc && y.G == x.G {
 					continue
 				}
 				if end := y.end(); end < served {
@@ -698,6 +743,27 @@ func (r *Result) checkFairness(in Input) {
 			}
 		}
 	}
+}
+
+// waiterExcused reports whether something may have cost waiter x its turn
+// in a queue served in arrival order, from its request until it was
+// served: a fault of its process or of the servers (any but pubsub-kill),
+// within a lease's life (life) before that or after; its process running
+// nothing for stall (a grant lasts the waiter's TTL: a lease's life less
+// fairSlack); or, while a pubsub-kill lost grant messages, for halfGrant
+// (a waiter that hears no grant calls in every half of its grant TTL).
+func (r *Result) waiterExcused(in Input, x *Hold, served, life, stall, halfGrant int64) bool {
+	unheard := false
+	for _, f := range in.Faults {
+		if f.Err == "" && (f.Proc == "" || f.Proc == x.Proc) && f.Start <= served && f.End+life >= x.Invoke {
+			if f.Kind != fPubSubKill {
+				return true
+			}
+			unheard = true
+		}
+	}
+	return r.stoppedFor(x.Proc, x.Invoke, served, stall) ||
+		unheard && r.stoppedFor(x.Proc, x.Invoke, served, halfGrant)
 }
 
 // stoppedFor reports whether proc ran nothing (a stall of its own, or a
@@ -1306,7 +1372,7 @@ func (r *Result) checkReleaseAnswers(in Input) {
 		from, to := h.Invoke-in.lifeOf(h.Key).Nanoseconds(), h.Released
 		explained := false
 		for _, f := range in.Faults {
-			if f.Err != "" || f.Proc != "" && f.Proc != h.Proc {
+			if f.Err != "" || f.Proc != "" && f.Proc != h.Proc || !touchesHolds(f) {
 				continue
 			}
 			if redis && !lostFirst && (f.Kind == fReplyLost || f.Kind == fProxyCut) &&
@@ -1404,7 +1470,7 @@ func (r *Result) checkRaisedHolds(in Input) {
 			from := e.Mono - (raiseFactor*in.lifeOf(h.Key) + reportSlack).Nanoseconds()
 			explained := false
 			for _, f := range in.Faults {
-				if f.Err == "" && (f.Proc == "" || f.Proc == h.Proc) && f.Start <= e.Mono && f.End >= from {
+				if f.Err == "" && (f.Proc == "" || f.Proc == h.Proc) && touchesHolds(f) && f.Start <= e.Mono && f.End >= from {
 					explained = true
 					break
 				}

@@ -515,11 +515,82 @@ func TestCheck(t *testing.T) {
 			h.add(4950, "a", opStall, "", "", 0, "", 950) // ran nothing from 4000 to 4950
 		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, info: map[string]int64{iStalls: 1}},
 		{name: "fair: a stall shorter than a grant's life excuses nothing", backend: "fair", build: func(h *hist) {
+			// The shortest grant on a hot key is half the TTL (shortTTL):
+			// 500 ms, a stall of 300 ms or more may have cost a its turn.
 			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
 			h.waiting(3100, 4020, 4030, "a", "k0", "a/0/1", 102, 2)
 			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 1)
-			h.add(3700, "a", opStall, "", "", 0, "", 400)
+			h.add(3700, "a", opStall, "", "", 0, "", 250)
 		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, anomalies: []string{aUnfair}, info: map[string]int64{iStalls: 1}},
+		{name: "fair: lost grant messages excuse no later waiter served first", backend: "fair", build: func(h *hist) {
+			// Mutant 39: a's grant message was lost, and a called in only
+			// after its grant ran out; b, queued behind it, was served.
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 5020, 5030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3600, 5002, 5010, "b", "k0", "b/0/1", 101, 1)
+		}, faults: []Fault{{Kind: fPubSubKill, Target: "redis0", Start: ms(3900), End: ms(5500)}},
+			accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, anomalies: []string{aUnfair}},
+		{name: "fair: lost grant messages and a stall of half the grant TTL", backend: "fair", build: func(h *hist) {
+			// a's call-in, due half a grant TTL after its attempt, may
+			// have come after the grant ran out: its process ran nothing
+			// for 200 ms while its messages were being lost (any stall
+			// recorded: 150 ms or more).
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 5020, 5030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3600, 5002, 5010, "b", "k0", "b/0/1", 101, 1)
+			h.add(4500, "a", opStall, "", "", 0, "", 200)
+		}, faults: []Fault{{Kind: fPubSubKill, Target: "redis0", Start: ms(3900), End: ms(5500)}},
+			accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, info: map[string]int64{iStalls: 1}},
+		{name: "fair: the same stall with messages heard excuses nothing", backend: "fair", build: func(h *hist) {
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 5020, 5030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3600, 5002, 5010, "b", "k0", "b/0/1", 101, 1)
+			h.add(4500, "a", opStall, "", "", 0, "", 200)
+		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, anomalies: []string{aUnfair}, info: map[string]int64{iStalls: 1}},
+		// sem: two permits. The holds of those who asked after a waiter
+		// never hold both at once while it waits (mutant 40).
+		{name: "sem: two later askers hold both permits while an earlier one waits", backend: "sem", build: func(h *hist) {
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.section(3000, 4000, "i", "k0", "i/0/1", 101, 0, "ok")
+			h.waiting(3600, 4002, 4500, "b", "k0", "b/0/1", 102, 0)
+			h.waiting(3700, 4003, 4600, "c", "k0", "c/0/1", 103, 0)
+			h.waiting(3100, 4700, 4800, "a", "k0", "a/0/1", 104, 0)
+		}, faults: []Fault{{Kind: fPubSubKill, Target: "redis0", Start: ms(3900), End: ms(5500)}},
+			anomalies: []string{aUnfair}},
+		{name: "sem: a later asker takes the other permit", backend: "sem", build: func(h *hist) {
+			// Both permits freed at once: the first two waiters may take
+			// them in either order (semaphore/doc.go).
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.section(3000, 4000, "i", "k0", "i/0/1", 101, 0, "ok")
+			h.waiting(3600, 4002, 4500, "b", "k0", "b/0/1", 102, 0)
+			h.waiting(3100, 4030, 4800, "a", "k0", "a/0/1", 103, 0)
+		}},
+		{name: "fair: a waiter whose process stalled before its request reached Redis", backend: "fair", build: func(h *hist) {
+			// b asked 220 ms after a, but a's process ran nothing for
+			// 160 ms right after a asked: b may have queued first.
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3100, 4020, 4030, "a", "k0", "a/0/1", 102, 2)
+			h.waiting(3320, 4002, 4010, "b", "k0", "b/0/1", 101, 1)
+			h.add(3270, "a", opStall, "", "", 0, "", 160)
+		}, accepted: []AcceptedWrite{{"h/0/1", 100}, {"b/0/1", 101}, {"a/0/1", 102}}, info: map[string]int64{iStalls: 1}},
+		{name: "sem: a later holder's process stalled: its permit may have gone", backend: "sem", build: func(h *hist) {
+			// c's process stopped before b acquired: c's permit may have
+			// expired and gone to a, then to b (a's answer late).
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.section(3000, 4000, "i", "k0", "i/0/1", 101, 0, "ok")
+			h.waiting(3600, 4002, 4600, "c", "k0", "c/0/1", 102, 0)
+			h.waiting(3700, 4300, 4500, "b", "k0", "b/0/1", 103, 0)
+			h.waiting(3100, 4700, 4800, "a", "k0", "a/0/1", 104, 0)
+			h.add(4250, "c", opStall, "", "", 0, "", 200)
+		}, info: map[string]int64{iStalls: 1}},
+		{name: "sem: a waiter whose process stalled may lose its turn", backend: "sem", build: func(h *hist) {
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.section(3000, 4000, "i", "k0", "i/0/1", 101, 0, "ok")
+			h.waiting(3600, 4002, 4500, "b", "k0", "b/0/1", 102, 0)
+			h.waiting(3700, 4003, 4600, "c", "k0", "c/0/1", 103, 0)
+			h.waiting(3100, 4700, 4800, "a", "k0", "a/0/1", 104, 0)
+			h.add(4300, "a", opStall, "", "", 0, "", 310) // a's answer came after a short permit's TTL
+		}, info: map[string]int64{iStalls: 1}},
 		{name: "a deleted hold whose holder was cut off is reported when it gets through", backend: "lock", build: func(h *hist) {
 			// The hold is deleted, another takes the key, and the old
 			// holder's next renewal cannot reach Redis until its black

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -102,4 +103,111 @@ func (r *Result) checkPermits(in Input) {
 			sort.Slice(active, func(i, j int) bool { return active[i].Acquired < active[j].Acquired })
 		}
 	}
+}
+
+// semWaiterTimeout is package semaphore's default waiter timeout, which
+// the chaos clients keep: a grant lasts min(TTL, it).
+const semWaiterTimeout = 3 * time.Second
+
+// checkSemFairness: the semaphore serves its waiters in arrival order
+// (semaphore/doc.go), and a permit granted to a waiter is held for it
+// until it takes it, its message lost or not. So while a waiter x waits,
+// from when its request reached Redis for sure (queuedBy) until it is
+// served (acquired, or gave up), the holds of those that asked after that
+// never hold all semPermits permits at once: if they do, x was passed
+// over, a fair-order-broken anomaly, unless something may have cost x its
+// turn (waiterExcused: a fault but pubsub-kill, a stall of its process,
+// waitBounds). Each such hold counts from its acquisition's return to its
+// release's invocation, its loss, or the first stall or pause of its
+// process, whichever comes first: while it surely held its permit on
+// Redis (a process stopped can lose its permits before it learns it).
+func (r *Result) checkSemFairness(in Input) {
+	for _, key := range sortedKeys(r.byKey) {
+		var hs []*Hold
+		for _, h := range r.byKey[key] {
+			if h.invoked {
+				hs = append(hs, h)
+			}
+		}
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Invoke < hs[j].Invoke })
+		life := in.lifeOf(key).Nanoseconds()
+		stall, unheard := waitBounds(in, key, semWaiterTimeout)
+		for i, x := range hs {
+			if x.Invoke < r.procStart[x.Proc]+fairWarmup.Nanoseconds() {
+				continue
+			}
+			served := x.Acquired
+			if served == 0 {
+				served = x.Last
+			}
+			from := r.queuedBy(x)
+			// The later askers' holds before served, as +1/-1 steps.
+			type step struct {
+				at int64
+				d  int
+				h  *Hold
+			}
+			var steps []step
+			for _, y := range hs[i+1:] {
+				if y.Invoke >= served {
+					break
+				}
+				if y.Invoke < from || y.Acquired == 0 || y.Acquired >= served {
+					continue
+				}
+				if end := r.surelyHeldUntil(y); end > y.Acquired {
+					steps = append(steps, step{y.Acquired, 1, y}, step{end, -1, y})
+				}
+			}
+			if len(steps) < 2*semPermits {
+				continue
+			}
+			sort.Slice(steps, func(a, b int) bool {
+				if steps[a].at != steps[b].at {
+					return steps[a].at < steps[b].at
+				}
+				return steps[a].d < steps[b].d // an end before a start at the same instant
+			})
+			held := map[*Hold]bool{}
+			var over []*Hold
+			for _, st := range steps {
+				if st.d < 0 {
+					delete(held, st.h)
+					continue
+				}
+				held[st.h] = true
+				if len(held) >= semPermits {
+					for h := range held {
+						over = append(over, h)
+					}
+					break
+				}
+			}
+			if over == nil || r.waiterExcused(in, x, served, life, stall, unheard) {
+				continue
+			}
+			sort.Slice(over, func(a, b int) bool { return over[a].ID < over[b].ID })
+			ids := make([]string, 0, len(over))
+			for _, h := range over {
+				ids = append(ids, fmt.Sprintf("%s (asked %v after it)", h.ID, time.Duration(h.Invoke-x.Invoke).Round(time.Millisecond)))
+			}
+			r.violate(aUnfair, key, fmt.Sprintf("%s waited for a permit of %s while %s, who asked after it, held all %d permits",
+				x.ID, key, strings.Join(ids, ", "), semPermits), append([]*Hold{x}, over...)...)
+		}
+	}
+}
+
+// surelyHeldUntil is until when h's hold was surely held on the server:
+// its end (release invoked, loss), or the start of the first stall or
+// pause of its process after its acquisition, if earlier.
+func (r *Result) surelyHeldUntil(h *Hold) int64 {
+	end := h.ownEnd()
+	for _, ss := range [][][2]int64{r.pauses[h.Proc], r.selfStalls[h.Proc]} {
+		for _, s := range ss {
+			if s[1] > h.Acquired && s[0] < end {
+				end = max(h.Acquired, s[0])
+			}
+		}
+	}
+	return end
 }

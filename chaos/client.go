@@ -346,6 +346,14 @@ type worker struct {
 	reader  lock.Locker // rw: the read side (locker is the write side); nil otherwise
 }
 
+// shortTTLs reports whether a third of backend's hot-key holds have
+// shortTTL (loop): the fair lock's and the semaphore's, whose waiters'
+// call-ins the fairness checks judge.
+func shortTTLs(backend string) bool { return backend == "fair" || backend == "sem" }
+
+// shortTTL is the TTL of those holds: half the run's.
+func shortTTL(ttl time.Duration) time.Duration { return ttl / 2 }
+
 // obtainTimeout bounds each lock.Do's wait for the lock.
 const obtainTimeout = 4 * time.Second
 
@@ -370,6 +378,15 @@ func (w *worker) loop(ctx context.Context) {
 		// Drawn here, not in the section, so that the key choices stay the
 		// same whatever the sections do.
 		reenter := w.rnd.Float64() < w.cfg.reenter
+		lopts := opts
+		if shortTTLs(w.cfg.backend) && w.rnd.IntN(3) == 0 {
+			// A third of the holds with half the TTL: a waiter whose
+			// grant lasts less than the hold ahead of it has left
+			// (lock/doc.go, semaphore/doc.go: it calls in every half of
+			// its grant TTL, not only when that hold may expire; mutants
+			// 39, 40).
+			lopts = []lock.Option{lock.WithTTL(shortTTL(w.cfg.ttl))}
+		}
 		actx, cancel := context.WithTimeout(lock.WithOwner(ctx, owner), obtainTimeout)
 		if w.reader != nil && w.rnd.Float64() < readShare {
 			a.inner, a.read = w.reader, true
@@ -385,8 +402,8 @@ func (w *worker) loop(ctx context.Context) {
 			if err := w.section(fctx, a, key); err != nil || !reenter {
 				return err
 			}
-			return w.reenterSection(fctx, a, key, opts, 0, 0)
-		}, opts...)
+			return w.reenterSection(fctx, a, key, lopts, 0, 0)
+		}, lopts...)
 		cancel()
 		a.wait()
 	}

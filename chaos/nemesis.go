@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -133,6 +134,22 @@ const replyLateMax = 2600 * time.Millisecond
 // deletes them.
 const fLockDelete = "lock-delete"
 
+// fPubSubKill is pubsub-kill: for a while, every pubSubKillEvery, the
+// nemesis runs CLIENT KILL TYPE pubsub on the Redis: every client's
+// Pub/Sub connection is dropped, go-redis subscribes again, and a message
+// published meanwhile is lost, while the command connections stay. The
+// grant of a queued waiter is one such message: a waiter that hears none
+// calls in at least every half of its grant TTL and takes the grant, so
+// it keeps its turn (lock/doc.go, Grants; semaphore/doc.go). No process
+// is touched and no key freed: checkFairness and checkSemFairness count it
+// as no excuse (mutants 39, 40). The fair and sem backends draw it.
+const fPubSubKill = "pubsub-kill"
+
+// pubSubKillEvery is how often a pubsub-kill step drops the Pub/Sub
+// connections: go-redis dials and subscribes again within a few ms (the
+// fault's Detail says how many messages a probe subscriber heard).
+const pubSubKillEvery = 2 * time.Millisecond
+
 // fZKNotifyPart is zk-notify-partition: a slow holder's server stops
 // hearing it, a watch notification reaches it, then a black hole past its
 // session (notifyPartition).
@@ -141,7 +158,9 @@ const fZKNotifyPart = "zk-notify-partition"
 func faultKinds(backend string) []string {
 	common := []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause}
 	switch backend {
-	case "lock", "fair", "rw", "election":
+	case "fair":
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete, fPubSubKill, fReplyLost, fReplyLate)
+	case "lock", "rw", "election":
 		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fLockDelete, fReplyLost, fReplyLate)
 	case "redlock":
 		return append(common, fRestartSnapshot, fMinorityRestart, fMajorityRestart, fLockDelete, fReplyLost, fReplyLate)
@@ -153,7 +172,7 @@ func faultKinds(backend string) []string {
 		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
 			fZKExpire, fZKNodeKill}
 	case "sem":
-		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fReplyLate)
+		return append(common, fRestartKeep, fRestartNoData, fRestartSnapshot, fPubSubKill, fReplyLate)
 	case "sql":
 		return append(common, fSQLRestart, fSQLRowLock, fSQLSessionKill)
 	case "sqlid":
@@ -300,6 +319,10 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(5), span(200*time.Millisecond, 1*time.Second)
 		case fLockDelete:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(200*time.Millisecond, 1*time.Second)
+		case fPubSubKill:
+			// Past a grant TTL (the lease's), so that a waiter granted
+			// during it hears nothing for longer than its grant lasts.
+			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(life, 3*life)
 		case fSQLRestart:
 			s.Target = rnd.IntN(serverCount(cfg.backend))
 		case fSQLRowLock, fSQLSessionKill: // a server and one of its session keys
@@ -576,6 +599,8 @@ func (e *env) apply(ctx context.Context, s step) (f Fault) {
 		}
 	case fLockDelete:
 		f.Target, f.Detail, err = e.deleteLocks(ctx, s)
+	case fPubSubKill:
+		f.Target, f.Detail, err = e.killPubSub(ctx, s)
 	case fZKNodeKill:
 		i := s.Target % len(e.zk.Nodes())
 		n := e.zk.Nodes()[i]
@@ -834,6 +859,56 @@ func (e *env) notifyPartition(ctx context.Context, sl *slot, proc string, deaf t
 	// a loss counted from the notification comes about T after it.
 	sleepCtx(ctx, T+300*time.Millisecond)
 	return fmt.Sprintf("slow section %v, server deaf %v before the notification", slow, deaf), nil
+}
+
+// killPubSub is pubsub-kill: for s.Dur, every pubSubKillEvery, CLIENT
+// KILL TYPE pubsub on the target Redis. A probe, a go-redis subscriber of
+// the nemesis's own (straight to Redis, where the clients' go through
+// their proxies and take longer to subscribe again), hears a message
+// published every round: how many it heard says how many of theirs were
+// lost at least. A failed round is counted, not fatal: the messages lost
+// until then were lost all the same. It returns the target and the counts.
+func (e *env) killPubSub(ctx context.Context, s step) (string, string, error) {
+	i := s.Target % len(e.redis)
+	target := fmt.Sprintf("redis%d", i)
+	c := e.redis[i].NewClient()
+	defer c.Close()
+	const channel = "chaos:pubsub-probe"
+	probe := c.Subscribe(ctx, channel)
+	if _, err := probe.Receive(ctx); err != nil {
+		probe.Close()
+		return target, "", fmt.Errorf("probe subscription: %w", err)
+	}
+	var heard atomic.Int64
+	done := make(chan struct{})
+	go func() { // ends when the probe is closed
+		defer close(done)
+		for range probe.Channel() {
+			heard.Add(1)
+		}
+	}()
+	var killed, rounds, published, failed int64
+	tick := time.NewTicker(pubSubKillEvery)
+	defer tick.Stop()
+	for end := time.Now().Add(s.Dur); time.Now().Before(end) && ctx.Err() == nil; rounds++ {
+		if c.Publish(ctx, channel, rounds).Err() == nil {
+			published++
+		}
+		if n, err := c.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int64(); err != nil {
+			failed++
+		} else {
+			killed += n
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // the last messages reach the probe
+	probe.Close()
+	<-done
+	return target, fmt.Sprintf("%d Pub/Sub connections dropped in %d rounds (%d failed); the probe heard %d of %d messages",
+		killed, rounds, failed, heard.Load(), published), nil
 }
 
 // lockDeleteEvery is how often a lock-delete step deletes the lock hashes.

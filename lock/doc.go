@@ -154,8 +154,9 @@
 // and takes the lock (one level, no second count): a queued waiter calls in
 // at least every half of its grant TTL (and every third of its waiter
 // timeout), so a grant made to it is still there when it does, and it
-// keeps its turn (only a waiter that cannot run for the whole grant TTL,
-// a process paused that long, loses it, and queues again); a waiter that gives up
+// keeps its turn (only a waiter that cannot run for half its grant TTL
+// or more, a process paused that long, may lose it, when that pause
+// covers its call-in and the grant's end; it queues again); a waiter that gives up
 // gives the grant back (leave.lua), and one that vanished holds it until
 // the grant TTL ends, at most one waiter timeout. Steady contention across
 // clients therefore costs two commands per critical section: the release

@@ -95,7 +95,9 @@
 // waiter's next attempt (it calls again when the first permit may expire,
 // and at least every half of its grant TTL and every third of its waiter
 // timeout, keeping its place) finds the permit held for it and takes it;
-// only a waiter that cannot run for its whole grant TTL loses its turn. A waiter that gives up (leave) gives a
+// only a waiter that cannot run for half its grant TTL or more, over its
+// call-in and the grant's end, loses its turn (and one whose answer comes
+// after its TTL gives the permit back and queues again). A waiter that gives up (leave) gives a
 // permit granted to it back; leave and a larger N hand free permits to the
 // first waiters the same way. A watchdog renews each permit every TTL/3; a
 // renewal that finds the permit gone, or renewals that fail past the TTL,
