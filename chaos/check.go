@@ -689,13 +689,10 @@ func (r *Result) queuedBy(x *Hold) int64 {
 // fairSlack before another is served first (lock/doc.go WithFair: FIFO,
 // no barging ahead of the live queue head): a later hold that began and
 // ended while the earlier waiter was still waiting is an anomaly, unless
-// a fault may have dropped the earlier waiter from the queue (any fault
-// of its process or of the servers from its request until it was served
-// or gave up, or within a lease's life before: a waiter that does not
-// call again within its bound is skipped), or its process ran nothing for
-// a lease's life less fairSlack while it waited (a grant lasts the
-// waiter's TTL: a waiter that cannot take it meanwhile loses its turn, and
-// queues again at the end). Re-entries never queue.
+// something may have cost the earlier waiter its turn (waiterExcused: a
+// fault of its process or of the servers while it waited, from fairSlack
+// before its request; its process running nothing for longer than its
+// grant can wait for it, waitBounds). Re-entries never queue.
 //
 // A pubsub-kill is no excuse: it loses grant messages, and a waiter that
 // hears none calls in at least every half of its grant TTL and takes its
@@ -747,20 +744,26 @@ func (r *Result) checkFairness(in Input) {
 
 // waiterExcused reports whether something may have cost waiter x its turn
 // in a queue served in arrival order, from its request until it was
-// served: a fault of its process or of the servers (any but pubsub-kill),
-// within a lease's life (life) before that or after; its process running
-// nothing for stall (a grant lasts the waiter's TTL: a lease's life less
-// fairSlack); or, while a pubsub-kill lost grant messages, for halfGrant
-// (a waiter that hears no grant calls in every half of its grant TTL).
+// served: a fault of its process or of the servers (any but pubsub-kill)
+// from fairSlack before its request (its queue entry was made after a
+// fault over by then: none can have dropped it) until then; its process
+// running nothing for stall (a grant lasts the waiter's TTL: a lease's
+// life less fairSlack); or for halfGrant while grant messages may have
+// been lost (a waiter that hears no grant calls in every half of its
+// grant TTL): during a pubsub-kill, or after a fault over within a
+// lease's life before its request (its Pub/Sub connection may still have
+// been subscribing again).
 func (r *Result) waiterExcused(in Input, x *Hold, served, life, stall, halfGrant int64) bool {
 	unheard := false
 	for _, f := range in.Faults {
-		if f.Err == "" && (f.Proc == "" || f.Proc == x.Proc) && f.Start <= served && f.End+life >= x.Invoke {
-			if f.Kind != fPubSubKill {
-				return true
-			}
-			unheard = true
+		if f.Err != "" || f.Proc != "" && f.Proc != x.Proc || f.Start > served || f.End+life < x.Invoke {
+			continue
 		}
+		if f.Kind == fPubSubKill || f.End+fairSlack.Nanoseconds() < x.Invoke {
+			unheard = true
+			continue
+		}
+		return true
 	}
 	return r.stoppedFor(x.Proc, x.Invoke, served, stall) ||
 		unheard && r.stoppedFor(x.Proc, x.Invoke, served, halfGrant)

@@ -557,6 +557,19 @@ func TestCheck(t *testing.T) {
 			h.waiting(3100, 4700, 4800, "a", "k0", "a/0/1", 104, 0)
 		}, faults: []Fault{{Kind: fPubSubKill, Target: "redis0", Start: ms(3900), End: ms(5500)}},
 			anomalies: []string{aUnfair}},
+		{name: "sem: a waiter served long after a later asker acquired", backend: "sem", build: func(h *hist) {
+			// Mutant 40: a's grant ran out before it called in; b, who
+			// asked 500 ms after a, took a permit, and a queued again.
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 0)
+			h.waiting(3100, 5500, 5510, "a", "k0", "a/0/1", 102, 0)
+		}, faults: []Fault{{Kind: fPubSubKill, Target: "redis0", Start: ms(3900), End: ms(5500)}},
+			anomalies: []string{aUnfair}},
+		{name: "sem: a waiter served within its grant of a later asker's acquisition", backend: "sem", build: func(h *hist) {
+			h.section(3000, 4000, "h", "k0", "h/0/1", 100, 0, "ok")
+			h.waiting(3600, 4002, 4010, "b", "k0", "b/0/1", 101, 0)
+			h.waiting(3100, 4500, 4510, "a", "k0", "a/0/1", 102, 0)
+		}, faults: []Fault{{Kind: fPubSubKill, Target: "redis0", Start: ms(3900), End: ms(5500)}}},
 		{name: "sem: a later asker takes the other permit", backend: "sem", build: func(h *hist) {
 			// Both permits freed at once: the first two waiters may take
 			// them in either order (semaphore/doc.go).

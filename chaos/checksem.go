@@ -117,7 +117,11 @@ const semWaiterTimeout = 3 * time.Second
 // never hold all semPermits permits at once: if they do, x was passed
 // over, a fair-order-broken anomaly, unless something may have cost x its
 // turn (waiterExcused: a fault but pubsub-kill, a stall of its process,
-// waitBounds). Each such hold counts from its acquisition's return to its
+// waitBounds). Nor is x served more than a lease's life (and fairSlack)
+// after the first of them acquired: a later asker acquires a permit only
+// once x has been granted one (or with x among the first waiters when
+// permits are free), and x takes it at its next call-in, within half its
+// grant TTL of its last attempt, heard or not. Each such hold counts from its acquisition's return to its
 // release's invocation, its loss, or the first stall or pause of its
 // process, whichever comes first: while it surely held its permit on
 // Redis (a process stopped can lose its permits before it learns it).
@@ -131,6 +135,7 @@ func (r *Result) checkSemFairness(in Input) {
 		}
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Invoke < hs[j].Invoke })
 		life := in.lifeOf(key).Nanoseconds()
+		slack := fairSlack.Nanoseconds()
 		stall, unheard := waitBounds(in, key, semWaiterTimeout)
 		for i, x := range hs {
 			if x.Invoke < r.procStart[x.Proc]+fairWarmup.Nanoseconds() {
@@ -148,6 +153,7 @@ func (r *Result) checkSemFairness(in Input) {
 				h  *Hold
 			}
 			var steps []step
+			var first *Hold // the later askers' first acquisition
 			for _, y := range hs[i+1:] {
 				if y.Invoke >= served {
 					break
@@ -155,9 +161,17 @@ func (r *Result) checkSemFairness(in Input) {
 				if y.Invoke < from || y.Acquired == 0 || y.Acquired >= served {
 					continue
 				}
+				if first == nil || y.Acquired < first.Acquired {
+					first = y
+				}
 				if end := r.surelyHeldUntil(y); end > y.Acquired {
 					steps = append(steps, step{y.Acquired, 1, y}, step{end, -1, y})
 				}
+			}
+			if first != nil && served-first.Acquired > life+slack && !r.waiterExcused(in, x, served, life, stall, unheard) {
+				r.violate(aUnfair, key, fmt.Sprintf("%s waited for a permit of %s %v after %s, who asked %v after it, acquired one: a waiter ahead of it is granted a permit first, or with it, and calls in within half its grant TTL",
+					x.ID, key, time.Duration(served-first.Acquired).Round(time.Millisecond), first.ID, time.Duration(first.Invoke-x.Invoke).Round(time.Millisecond)), x, first)
+				continue
 			}
 			if len(steps) < 2*semPermits {
 				continue
