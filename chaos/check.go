@@ -713,15 +713,8 @@ func (r *Result) checkFairness(in Input) {
 		life := in.lifeOf(key).Nanoseconds()
 		stall, unheard := waitBounds(in, key, lockWaiterTimeout)
 		for i, x := range hs {
-			if x.Invoke < r.procStart[x.Proc]+fairWarmup.Nanoseconds() {
-				continue
-			}
-			// served: when x stopped waiting (acquired, or gave up).
-			served := x.Acquired
-			if served == 0 {
-				served = x.Last
-			}
-			if r.waiterExcused(in, x, served, life, stall, unheard) {
+			served, judged := r.served(x)
+			if !judged || r.waiterExcused(in, x, served, life, stall, unheard) {
 				continue
 			}
 			from := r.queuedBy(x)
@@ -740,6 +733,19 @@ func (r *Result) checkFairness(in Input) {
 			}
 		}
 	}
+}
+
+// served returns when waiter x stopped waiting (acquired, or gave up), and
+// whether the fairness checks judge it: not a request in its process's
+// first fairWarmup (dial and script load).
+func (r *Result) served(x *Hold) (int64, bool) {
+	if x.Invoke < r.procStart[x.Proc]+fairWarmup.Nanoseconds() {
+		return 0, false
+	}
+	if x.Acquired != 0 {
+		return x.Acquired, true
+	}
+	return x.Last, true
 }
 
 // waiterExcused reports whether something may have cost waiter x its turn

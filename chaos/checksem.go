@@ -138,12 +138,9 @@ func (r *Result) checkSemFairness(in Input) {
 		slack := fairSlack.Nanoseconds()
 		stall, unheard := waitBounds(in, key, semWaiterTimeout)
 		for i, x := range hs {
-			if x.Invoke < r.procStart[x.Proc]+fairWarmup.Nanoseconds() {
+			served, judged := r.served(x)
+			if !judged {
 				continue
-			}
-			served := x.Acquired
-			if served == 0 {
-				served = x.Last
 			}
 			from := r.queuedBy(x)
 			// The later askers' holds before served, as +1/-1 steps.
