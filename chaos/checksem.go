@@ -121,10 +121,11 @@ const semWaiterTimeout = 3 * time.Second
 // after the first of them acquired: a later asker acquires a permit only
 // once x has been granted one (or with x among the first waiters when
 // permits are free), and x takes it at its next call-in, within half its
-// grant TTL of its last attempt, heard or not. Each such hold counts from its acquisition's return to its
-// release's invocation, its loss, or the first stall or pause of its
-// process, whichever comes first: while it surely held its permit on
-// Redis (a process stopped can lose its permits before it learns it).
+// grant TTL of its last attempt, heard or not. Each such hold counts from
+// its acquisition's return to its release's invocation, its loss, or the
+// first stall or pause of its process, whichever comes first: while it
+// surely held its permit on Redis (a process stopped can lose its permits
+// before it learns it).
 func (r *Result) checkSemFairness(in Input) {
 	for _, key := range sortedKeys(r.byKey) {
 		var hs []*Hold
@@ -165,36 +166,36 @@ func (r *Result) checkSemFairness(in Input) {
 					steps = append(steps, step{y.Acquired, 1, y}, step{end, -1, y})
 				}
 			}
-			if first != nil && served-first.Acquired > life+slack && !r.waiterExcused(in, x, served, life, stall, unheard) {
+			late := first != nil && served-first.Acquired > life+slack
+			var over []*Hold // later askers holding every permit at once
+			if !late && len(steps) >= 2*semPermits {
+				sort.Slice(steps, func(a, b int) bool {
+					if steps[a].at != steps[b].at {
+						return steps[a].at < steps[b].at
+					}
+					return steps[a].d < steps[b].d // an end before a start at the same instant
+				})
+				held := map[*Hold]bool{}
+				for _, st := range steps {
+					if st.d < 0 {
+						delete(held, st.h)
+						continue
+					}
+					held[st.h] = true
+					if len(held) >= semPermits {
+						for h := range held {
+							over = append(over, h)
+						}
+						break
+					}
+				}
+			}
+			if !late && over == nil || r.waiterExcused(in, x, served, life, stall, unheard) {
+				continue
+			}
+			if late {
 				r.violate(aUnfair, key, fmt.Sprintf("%s waited for a permit of %s %v after %s, who asked %v after it, acquired one: a waiter ahead of it is granted a permit first, or with it, and calls in within half its grant TTL",
 					x.ID, key, time.Duration(served-first.Acquired).Round(time.Millisecond), first.ID, time.Duration(first.Invoke-x.Invoke).Round(time.Millisecond)), x, first)
-				continue
-			}
-			if len(steps) < 2*semPermits {
-				continue
-			}
-			sort.Slice(steps, func(a, b int) bool {
-				if steps[a].at != steps[b].at {
-					return steps[a].at < steps[b].at
-				}
-				return steps[a].d < steps[b].d // an end before a start at the same instant
-			})
-			held := map[*Hold]bool{}
-			var over []*Hold
-			for _, st := range steps {
-				if st.d < 0 {
-					delete(held, st.h)
-					continue
-				}
-				held[st.h] = true
-				if len(held) >= semPermits {
-					for h := range held {
-						over = append(over, h)
-					}
-					break
-				}
-			}
-			if over == nil || r.waiterExcused(in, x, served, life, stall, unheard) {
 				continue
 			}
 			sort.Slice(over, func(a, b int) bool { return over[a].ID < over[b].ID })
