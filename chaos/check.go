@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -924,8 +925,8 @@ func documentedFaults(backend string) map[string]bool {
 		return map[string]bool{fRestartSnapshot: true, fMinorityRestart: true, fMajorityRestart: true, fClientPause: true, fLockDelete: true}
 	case "zk":
 		return map[string]bool{fClientPause: true}
-	case "etcd": // etcdlock/doc.go: a holder paused past the loss (clocks aside)
-		return map[string]bool{fClientPause: true}
+	case "etcd": // etcdlock/doc.go: a holder paused past the loss (clocks aside), an operator's deletion
+		return map[string]bool{fClientPause: true, fEtcdKeyDelete: true}
 	case "sql": // sqllock/doc.go: a lease-table row expires under a paused holder
 		return map[string]bool{fClientPause: true}
 	case "sem": // semaphore/doc.go: a Redis that loses data can let more than N in
@@ -1052,6 +1053,13 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 		if rep == 0 {
 			continue
 		}
+		if h == a && wipedBy(in, a, b) {
+			// An operator deleted a's hold key (etcd-key-delete):
+			// etcdlock/doc.go tells the holder only at Release
+			// (lock.ErrNotHeld), not within a bound.
+			reported = true
+			continue
+		}
 		if h == b && b.Invoke >= a.Acquired {
 			// b asked after a held: the key was free for b, so a's hold
 			// is the one that was gone, and a must be told. b's own loss
@@ -1140,6 +1148,12 @@ func (r *Result) docFreed(in Input, doc map[string]bool, a, b *Hold) bool {
 // not explain is undocumented, whatever else happened in the run.
 func freed(f Fault, a, b *Hold, window int64, bHeld bool) bool {
 	took := func(lost, other *Hold) bool {
+		if f.Kind == fEtcdKeyDelete && !slices.Contains(f.Wiped[lost.Key], lost.Token) {
+			// A deletion frees only the hold whose key was the first
+			// under its prefix: a waiter's key that went with it held
+			// nothing, and must not hold after (mutant 42).
+			return false
+		}
 		return lost.Invoke <= f.End && other.Acquired >= f.Start && other.Acquired <= f.End+window
 	}
 	if f.Kind == fClientPause {
@@ -1152,6 +1166,18 @@ func freed(f Fault, a, b *Hold, window int64, bHeld bool) bool {
 		return false
 	}
 	return took(a, b) || bHeld && took(b, a)
+}
+
+// wipedBy reports whether an etcd-key-delete deleted a's hold key (its
+// token the first under its prefix at a deletion) after a asked and
+// before b acquired.
+func wipedBy(in Input, a, b *Hold) bool {
+	for _, f := range in.Faults {
+		if f.Kind == fEtcdKeyDelete && f.Err == "" && a.Invoke <= f.End && f.Start <= b.Acquired && slices.Contains(f.Wiped[a.Key], a.Token) {
+			return true
+		}
+	}
+	return false
 }
 
 // heldAt reports whether h's process could not hear from the servers at t

@@ -664,6 +664,39 @@ func TestCheck(t *testing.T) {
 			h.section(20, 30, "b", "k0", "b/0/1", 101, 0, "ok")
 			h.add(921, "a", opLost, "k0", "a/0/1", 100, "", 0)
 		}, accepted: []AcceptedWrite{{"b/0/1", 101}}, anomalies: []string{aOverlapUnrep}},
+		// etcd-key-delete: an operator deletes every hold key; only the
+		// holder (its key the first under the prefix: Wiped) may overlap
+		// the next, told at Release (etcdlock/doc.go).
+		{name: "etcd: a deleted hold told at its release", backend: "etcd", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
+			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
+		{name: "etcd: a deleted hold whose release answered ok", backend: "etcd", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
+			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "ok", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUnrep, aNonLinear}},
+		{name: "etcd: a waiter whose key went with the holder's holds", backend: "etcd", build: func(h *hist) {
+			// Mutant 42: w, second in line, took its predecessor's
+			// deletion for the grant without reading its own key.
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
+			h.add(101, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
+			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
+			h.add(300, "w", opRelease, "k0", "w/0/1", 150, "", 0)
+			h.add(301, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
+			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUndoc}, documented: []string{dOverlap}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
 		}, accepted: []AcceptedWrite{{"x/0/1", 100}}, anomalies: []string{aUnknownWriter}},
@@ -947,7 +980,7 @@ func TestEtcdBackend(t *testing.T) {
 	}
 	kinds := faultKinds("etcd")
 	for _, k := range []string{fClientKill, fClientPause, fProxyCut, fProxyBlackhole, fServerPause,
-		fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause} {
+		fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause, fEtcdKeyDelete} {
 		if !slices.Contains(kinds, k) {
 			t.Errorf("etcd's nemesis lacks %s", k)
 		}
@@ -966,8 +999,8 @@ func TestEtcdBackend(t *testing.T) {
 	if got := livenessBound("etcd", time.Second); got != 4*time.Second {
 		t.Errorf("etcd liveness bound %v, want 4s (2 TTLs and 2 s of slack)", got)
 	}
-	if d := documentedFaults("etcd"); len(d) != 1 || !d[fClientPause] {
-		t.Errorf("etcd's documented faults %v, want client-pause only", d)
+	if d := documentedFaults("etcd"); len(d) != 2 || !d[fClientPause] || !d[fEtcdKeyDelete] {
+		t.Errorf("etcd's documented faults %v, want client-pause and etcd-key-delete (its holder only: freed)", d)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,7 +33,23 @@ const (
 	// leader steps down after its election timeout, and the others elect
 	// a leader of their own.
 	fEtcdPartition = "etcd-member-partition"
+	// fEtcdKeyDelete is etcd-key-delete: an operator deletes every hold
+	// key under the lock prefix (etcdctl del --prefix, ForceRelease on
+	// every key), one to three times 300 ms apart, straight to a member.
+	// etcdlock/doc.go: the holder is the one overlap it allows, told only
+	// at Release (lock.ErrNotHeld); a waiter whose own key went starts
+	// again, and one whose predecessor went holds only once a read finds
+	// its own key still there (mutant 42). The fault records, per key, the
+	// token (create revision) of the first key under its prefix at each
+	// deletion (Fault.Wiped): the only hold a deletion can have freed.
+	fEtcdKeyDelete = "etcd-key-delete"
 )
+
+// etcdLockPrefix is the etcd backend's lock prefix (dialEtcd).
+const etcdLockPrefix = "/chaos/locks"
+
+// etcdKeyDeleteGap is the time between two rounds of etcd-key-delete.
+const etcdKeyDeleteGap = 300 * time.Millisecond
 
 // etcdHealWait bounds the wait for every member to serve again after the
 // heal.
@@ -51,7 +68,7 @@ func dialEtcd(cfg clientConfig) (lock.Locker, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := etcdlock.New(cli, etcdlock.WithTTL(cfg.ttl), etcdlock.WithPrefix("/chaos/locks"))
+	c, err := etcdlock.New(cli, etcdlock.WithTTL(cfg.ttl), etcdlock.WithPrefix(etcdLockPrefix))
 	if err != nil {
 		cli.Close()
 		return nil, nil, err
@@ -141,8 +158,61 @@ func (e *env) applyEtcd(ctx context.Context, s step, f *Fault) (bool, error) {
 			return true, etcdKill(ctx, nodes[i], s.Dur)
 		}
 		return true, etcdPause(ctx, nodes[i], s.Dur)
+	case fEtcdKeyDelete:
+		var err error
+		f.Target, f.Detail, f.Wiped, err = e.deleteHoldKeys(ctx, 1+s.Target%3)
+		return true, err
 	}
 	return false, nil
+}
+
+// deleteHoldKeys is etcd-key-delete: rounds deletions of every key under
+// the lock prefix, etcdKeyDeleteGap apart, through a client of its own to
+// every member. It returns the target, a summary and, per key, the create
+// revision of the first hold key each deletion removed (the holder's
+// token, if it held: a key is held while its hold key is the first under
+// its prefix, etcdlock/doc.go).
+func (e *env) deleteHoldKeys(ctx context.Context, rounds int) (string, string, map[string][]int64, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return "etcd", "", nil, err
+	}
+	defer cli.Close()
+	wiped := map[string][]int64{}
+	deleted, done := 0, 0
+	for i := range rounds {
+		if i > 0 {
+			sleepCtx(ctx, etcdKeyDeleteGap)
+		}
+		if ctx.Err() != nil {
+			break // the load phase ended
+		}
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cli.Delete(dctx, etcdLockPrefix+"/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+		cancel()
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			return "etcd", "", wiped, err
+		}
+		first := map[string]int64{}
+		for _, kv := range resp.PrevKvs {
+			key, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), etcdLockPrefix+"/"), "/")
+			if !ok {
+				continue
+			}
+			if r, seen := first[key]; !seen || kv.CreateRevision < r {
+				first[key] = kv.CreateRevision
+			}
+		}
+		for _, key := range sortedKeys(first) {
+			wiped[key] = append(wiped[key], first[key])
+		}
+		deleted += len(resp.PrevKvs)
+		done++
+	}
+	return "etcd", fmt.Sprintf("%d hold keys deleted in %d rounds", deleted, done), wiped, nil
 }
 
 // etcdKill kills n with SIGKILL, waits d and starts it again from its data

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordkit/coordkit/internal/testserver"
+	"github.com/coordkit/coordkit/lock"
 )
 
 // TestEtcdLeader: the nemesis finds the member that leads; once it is
@@ -45,5 +49,62 @@ func TestEtcdLeader(t *testing.T) {
 		if err := n.Healthy(); err != nil {
 			t.Fatalf("%s after the heal: %v", n.Name(), err)
 		}
+	}
+}
+
+// TestEtcdKeyDelete: etcd-key-delete deletes every hold key under the
+// lock prefix and records, per key, the token of the hold it wiped (the
+// first key under the key's prefix), not a waiter's; the holder learns of
+// it at Release (lock.ErrNotHeld), and the waiter starts again and holds
+// on a new key, with a larger token.
+func TestEtcdKeyDelete(t *testing.T) {
+	e := &env{etcd: testserver.StartEtcdCluster(t, 3)}
+	t.Cleanup(e.etcd.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dial := func() lock.Locker {
+		l, closeFn, err := dialEtcd(clientConfig{addrs: e.etcd.Endpoints(), ttl: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeFn)
+		return l
+	}
+	a, w := dial(), dial()
+	held, err := a.Obtain(ctx, "k0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan lock.Lease, 1)
+	go func() {
+		l, err := w.Obtain(ctx, "k0")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(300 * time.Millisecond) // w's key is made, second in line
+	target, detail, wiped, err := e.deleteHoldKeys(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{held.Token()}; !slices.Equal(wiped["k0"], want) || len(wiped) != 1 {
+		t.Errorf("wiped %v (%s, %s), want k0: %v (the holder's token only)", wiped, target, detail, want)
+	}
+	if !strings.Contains(detail, "2 hold keys deleted in 1 rounds") {
+		t.Errorf("detail %q, want the holder's and the waiter's keys deleted", detail)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if l.Token() <= held.Token() {
+		t.Errorf("the waiter holds with token %d, not above the wiped hold's %d", l.Token(), held.Token())
+	}
+	if err := held.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("the deleted hold's release: %v, want lock.ErrNotHeld", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("the waiter's release: %v", err)
 	}
 }

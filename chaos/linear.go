@@ -127,6 +127,9 @@ const linearTimeout = 60 * time.Second
 func mayHaveWiped(in Input, h *Hold) bool {
 	doc := documentedFaults(in.Backend)
 	for _, f := range in.Faults {
+		if f.Kind == fEtcdKeyDelete && !slices.Contains(f.Wiped[h.Key], h.Token) {
+			continue // it deleted the first hold key only (freed)
+		}
 		if f.Err == "" && doc[f.Kind] && (f.Proc == "" || f.Proc == h.Proc) && f.Start <= h.Released && f.End >= h.Invoke {
 			return true
 		}

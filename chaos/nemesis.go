@@ -37,6 +37,9 @@ type Fault struct {
 	Wall   int64  `json:"wall"`
 	Detail string `json:"detail,omitempty"` // clock-step: the step and how long it lasted
 	Err    string `json:"err,omitempty"`
+	// Wiped: etcd-key-delete, per key, the token of the hold key each
+	// deletion found first under its prefix (deleteHoldKeys).
+	Wiped map[string][]int64 `json:"wiped,omitempty"`
 }
 
 type faultLog struct {
@@ -167,7 +170,7 @@ func faultKinds(backend string) []string {
 	case "zk":
 		return append(common, fZKExpire, fZKNodeKill, fZKNotifyPart)
 	case "etcd":
-		return append(common, fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause, fEtcdPartition)
+		return append(common, fEtcdMemberKill, fEtcdLeaderKill, fEtcdLeaderPause, fEtcdPartition, fEtcdKeyDelete)
 	case "ids":
 		return []string{fClientKill, fClientPause, fClockStep, fRestartKeep, fRestartNoData, fRestartSnapshot,
 			fZKExpire, fZKNodeKill}
@@ -300,6 +303,8 @@ func plan(cfg runConfig) []step {
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(300*time.Millisecond, life*2)
 		case fEtcdMemberKill, fEtcdLeaderKill:
 			s.Target, s.Dur = rnd.IntN(serverCount(cfg.backend)), span(100*time.Millisecond, 1500*time.Millisecond)
+		case fEtcdKeyDelete: // the number of rounds, 1-3 (deleteHoldKeys)
+			s.Target = rnd.IntN(3)
 		case fEtcdLeaderPause:
 			// Past an election (500 ms, testserver.EtcdElectionTimeout),
 			// up to twice the lease: the old leader, resumed, must not
