@@ -1053,8 +1053,12 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 		if rep == 0 {
 			continue
 		}
-		if h == a && wipedBy(in, a, b) {
-			// An operator deleted a's hold key (etcd-key-delete):
+		other := a
+		if h == a {
+			other = b
+		}
+		if wipedBy(in, h, other) {
+			// An operator deleted h's hold key (etcd-key-delete):
 			// etcdlock/doc.go tells the holder only at Release
 			// (lock.ErrNotHeld), not within a bound.
 			reported = true
@@ -1165,15 +1169,21 @@ func freed(f Fault, a, b *Hold, window int64, bHeld bool) bool {
 		}
 		return false
 	}
+	if f.Kind == fEtcdKeyDelete {
+		// Wiped names the hold a deletion took, whichever of the two
+		// it was: b's, when b's grant came before the deletion and its
+		// answer after a's acquisition.
+		return took(a, b) || took(b, a)
+	}
 	return took(a, b) || bHeld && took(b, a)
 }
 
-// wipedBy reports whether an etcd-key-delete deleted a's hold key (its
-// token the first under its prefix at a deletion) after a asked and
-// before b acquired.
-func wipedBy(in Input, a, b *Hold) bool {
+// wipedBy reports whether an etcd-key-delete deleted h's hold key (its
+// token the first under its prefix at a deletion) after h asked and
+// before other acquired.
+func wipedBy(in Input, h, other *Hold) bool {
 	for _, f := range in.Faults {
-		if f.Kind == fEtcdKeyDelete && f.Err == "" && a.Invoke <= f.End && f.Start <= b.Acquired && slices.Contains(f.Wiped[a.Key], a.Token) {
+		if f.Kind == fEtcdKeyDelete && f.Err == "" && h.Invoke <= f.End && f.Start <= other.Acquired && slices.Contains(f.Wiped[h.Key], h.Token) {
 			return true
 		}
 	}
