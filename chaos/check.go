@@ -1152,11 +1152,13 @@ func (r *Result) docFreed(in Input, doc map[string]bool, a, b *Hold) bool {
 // not explain is undocumented, whatever else happened in the run.
 func freed(f Fault, a, b *Hold, window int64, bHeld bool) bool {
 	took := func(lost, other *Hold) bool {
-		if f.Kind == fEtcdKeyDelete && !slices.Contains(f.Wiped[lost.Key], lost.Token) {
+		if f.Kind == fEtcdKeyDelete {
 			// A deletion frees only the hold whose key was the first
 			// under its prefix: a waiter's key that went with it held
-			// nothing, and must not hold after (mutant 42).
-			return false
+			// nothing, and must not hold after (mutant 42). Its holder
+			// believes until its release (etcdlock/doc.go), so any
+			// later acquisition may overlap it.
+			return slices.Contains(f.Wiped[lost.Key], lost.Token) && lost.Invoke <= f.End && other.Acquired >= f.Start
 		}
 		return lost.Invoke <= f.End && other.Acquired >= f.Start && other.Acquired <= f.End+window
 	}

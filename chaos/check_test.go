@@ -675,6 +675,16 @@ func TestCheck(t *testing.T) {
 			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
 		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
+		{name: "etcd: a deleted hold in a long section, taken 2 s after", backend: "etcd", build: func(h *hist) {
+			// Past the lease's life and the report bound after the
+			// deletion: the holder still believes, as the doc says.
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(2100, 2110, "b", "k0", "b/0/1", 205, 0, "ok")
+			h.add(3000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(3001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold whose grant's answer came late", backend: "etcd", build: func(h *hist) {
 			// a's key was the first at the deletion, its answer out: b,
 			// after the deletion, acquired first.
