@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -1029,6 +1028,22 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	reported := false
 	atOnce := in.Backend == "lock" || in.Backend == "fair"
 	for _, h := range []*Hold{a, b} {
+		other := a
+		if h == a {
+			other = b
+		}
+		if wipedBy(in, h, other) {
+			// An operator deleted h's hold key (etcd-key-delete):
+			// etcdlock/doc.go tells the holder only at Release
+			// (lock.ErrNotHeld), with no bound; its belief ends there,
+			// or when its process dies, or at a release that could
+			// not tell (an error). A release that answered "ok" said
+			// the deleted hold was there: no report.
+			if h.RelRes != "ok" {
+				reported = true
+			}
+			continue
+		}
 		rep := h.reportedAt()
 		if (h == a || r.heldAt(b, a.Acquired)) && rep == 0 && h.Release != 0 && strings.HasPrefix(h.RelRes, "error") {
 			// Released before anything could tell it (its renewals and
@@ -1051,17 +1066,6 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 			rep = r.procEnd[h.Proc]
 		}
 		if rep == 0 {
-			continue
-		}
-		other := a
-		if h == a {
-			other = b
-		}
-		if wipedBy(in, h, other) {
-			// An operator deleted h's hold key (etcd-key-delete):
-			// etcdlock/doc.go tells the holder only at Release
-			// (lock.ErrNotHeld), not within a bound.
-			reported = true
 			continue
 		}
 		if h == b && b.Invoke >= a.Acquired {
@@ -1152,14 +1156,6 @@ func (r *Result) docFreed(in Input, doc map[string]bool, a, b *Hold) bool {
 // not explain is undocumented, whatever else happened in the run.
 func freed(f Fault, a, b *Hold, window int64, bHeld bool) bool {
 	took := func(lost, other *Hold) bool {
-		if f.Kind == fEtcdKeyDelete {
-			// A deletion frees only the hold whose key was the first
-			// under its prefix: a waiter's key that went with it held
-			// nothing, and must not hold after (mutant 42). Its holder
-			// believes until its release (etcdlock/doc.go), so any
-			// later acquisition may overlap it.
-			return slices.Contains(f.Wiped[lost.Key], lost.Token) && lost.Invoke <= f.End && other.Acquired >= f.Start
-		}
 		return lost.Invoke <= f.End && other.Acquired >= f.Start && other.Acquired <= f.End+window
 	}
 	if f.Kind == fClientPause {
@@ -1172,20 +1168,23 @@ func freed(f Fault, a, b *Hold, window int64, bHeld bool) bool {
 		return false
 	}
 	if f.Kind == fEtcdKeyDelete {
-		// Wiped names the hold a deletion took, whichever of the two
-		// it was: b's, when b's grant came before the deletion and its
-		// answer after a's acquisition.
-		return took(a, b) || took(b, a)
+		// A round frees only the hold whose key was the first under
+		// its prefix, whichever of the two it was (b's, when b's grant
+		// came before the deletion and its answer after a's
+		// acquisition), for an acquisition after it: a waiter's key
+		// that went with it held nothing, and must not hold after
+		// (mutant 42). The holder believes until its release
+		// (etcdlock/doc.go), so any later acquisition may overlap it.
+		return wipes(f, a, b) || wipes(f, b, a)
 	}
 	return took(a, b) || bHeld && took(b, a)
 }
 
-// wipedBy reports whether an etcd-key-delete deleted h's hold key (its
-// token the first under its prefix at a deletion) after h asked and
-// before other acquired.
+// wipedBy reports whether an etcd-key-delete can have deleted h's hold
+// key before other acquired (wipes).
 func wipedBy(in Input, h, other *Hold) bool {
 	for _, f := range in.Faults {
-		if f.Kind == fEtcdKeyDelete && f.Err == "" && h.Invoke <= f.End && f.Start <= other.Acquired && slices.Contains(f.Wiped[h.Key], h.Token) {
+		if f.Kind == fEtcdKeyDelete && f.Err == "" && wipes(f, h, other) {
 			return true
 		}
 	}

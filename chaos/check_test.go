@@ -673,7 +673,7 @@ func TestCheck(t *testing.T) {
 			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
 			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
 			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold in a long section, taken 2 s after", backend: "etcd", build: func(h *hist) {
 			// Past the lease's life and the report bound after the
@@ -683,7 +683,7 @@ func TestCheck(t *testing.T) {
 			h.section(2100, 2110, "b", "k0", "b/0/1", 205, 0, "ok")
 			h.add(3000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
 			h.add(3001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold whose grant's answer came late", backend: "etcd", build: func(h *hist) {
 			// a's key was the first at the deletion, its answer out: b,
@@ -693,7 +693,66 @@ func TestCheck(t *testing.T) {
 			h.add(125, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
 			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
 			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
+		{name: "etcd: a deleted hold killed in its release", backend: "etcd", build: func(h *hist) {
+			// Its belief ended at the release's invocation; the
+			// process died before the answer (review of 4f83f0f, FP2).
+			h.add(0, "a", opInvoke, "L0", "a/4/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "L0", "a/4/1", 100, "", 0)
+			h.section(120, 130, "b", "L0", "b/0/1", 205, 0, "ok")
+			h.add(1000, "a", opWrite, "L0", "a/4/1", 0, "ok", 1)
+			h.add(2000, "a", opRelease, "L0", "a/4/1", 100, "", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"L0": 100}}}},
+			{Kind: fClientKill, Target: "a", Proc: "a", Start: ms(2005), End: ms(2006)}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap, dLostUpdate}},
+		{name: "etcd: a deleted hold killed in its section", backend: "etcd", build: func(h *hist) {
+			// FP1: the linearizability check let a dead holder's
+			// release fall only after its last event.
+			h.add(0, "a", opInvoke, "L0", "a/4/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "L0", "a/4/1", 100, "", 0)
+			h.section(120, 130, "b", "L0", "b/0/1", 205, 0, "ok")
+			h.add(1000, "a", opRead, "L0", "a/4/1", 0, "ok", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"L0": 100}}}},
+			{Kind: fClientKill, Target: "a", Proc: "a", Start: ms(1500), End: ms(1501)}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
+		{name: "etcd: a deleted hold answered late, its release an error", backend: "etcd", build: func(h *hist) {
+			// FP3: b's grant came before the deletion, its answer after
+			// a's acquisition; its release could not tell (cut off).
+			h.add(0, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
+			h.section(110, 130, "a", "k0", "a/0/1", 205, 0, "ok")
+			h.add(125, "b", opAcquired, "k0", "b/0/1", 100, "", 0)
+			h.add(2000, "b", opRelease, "k0", "b/0/1", 100, "", 0)
+			h.add(2001, "b", opReleased, "k0", "b/0/1", 100, "error: etcdlock: release: context deadline exceeded", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			accepted: []AcceptedWrite{{"a/0/1", 205}}, documented: []string{dOverlap}},
+		{name: "etcd: a later round's wipe excuses no earlier overlap", backend: "etcd", build: func(h *hist) {
+			// FN1: w (mutant 42) holds after round 1 without a key; b
+			// acquires 20 ms later and round 2 wipes b: the overlap began
+			// before round 2, and w's token was no round's first key.
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
+			h.add(105, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
+			h.add(110, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
+			h.add(120, "b", opAcquired, "k0", "b/0/1", 205, "", 0)
+			h.add(600, "w", opRelease, "k0", "w/0/1", 150, "", 0)
+			h.add(601, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
+			h.add(700, "b", opRelease, "k0", "b/0/1", 205, "", 0)
+			h.add(701, "b", opReleased, "k0", "b/0/1", 205, "notheld", 0)
+			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(402), Rounds: []DeleteRound{
+			{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}},
+			{Start: ms(400), End: ms(402), Wiped: map[string]int64{"k0": 205}}}}},
+			anomalies: []string{aOverlapUndoc}, documented: []string{dOverlap}},
+		{name: "etcd: a round of unknown outcome excuses any hold it can have deleted", backend: "etcd", build: func(h *hist) {
+			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
+			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.section(2100, 2110, "b", "k0", "b/0/1", 205, 0, "ok")
+			h.add(3000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
+			h.add(3001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(2100), Rounds: []DeleteRound{{Start: ms(100), End: ms(2100), Unknown: true}}}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold whose release answered ok", backend: "etcd", build: func(h *hist) {
 			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
@@ -701,7 +760,7 @@ func TestCheck(t *testing.T) {
 			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
 			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
 			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "ok", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUnrep, aNonLinear}},
 		{name: "etcd: a waiter whose key went with the holder's holds", backend: "etcd", build: func(h *hist) {
 			// Mutant 42: w, second in line, took its predecessor's
@@ -715,7 +774,7 @@ func TestCheck(t *testing.T) {
 			h.add(301, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
 			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
 			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Wiped: map[string][]int64{"k0": {100}}}},
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUndoc}, documented: []string{dOverlap}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")

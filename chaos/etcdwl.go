@@ -41,7 +41,7 @@ const (
 	// again, and one whose predecessor went holds only once a read finds
 	// its own key still there (mutant 42). The fault records, per key, the
 	// token (create revision) of the first key under its prefix at each
-	// deletion (Fault.Wiped): the only hold a deletion can have freed.
+	// deletion (Fault.Rounds): the only hold a deletion can have freed.
 	fEtcdKeyDelete = "etcd-key-delete"
 )
 
@@ -160,7 +160,7 @@ func (e *env) applyEtcd(ctx context.Context, s step, f *Fault) (bool, error) {
 		return true, etcdPause(ctx, nodes[i], s.Dur)
 	case fEtcdKeyDelete:
 		var err error
-		f.Target, f.Detail, f.Wiped, err = e.deleteHoldKeys(ctx, 1+s.Target%3)
+		f.Target, f.Detail, f.Rounds, err = e.deleteHoldKeys(ctx, 1+s.Target%3)
 		return true, err
 	}
 	return false, nil
@@ -168,18 +168,21 @@ func (e *env) applyEtcd(ctx context.Context, s step, f *Fault) (bool, error) {
 
 // deleteHoldKeys is etcd-key-delete: rounds deletions of every key under
 // the lock prefix, etcdKeyDeleteGap apart, through a client of its own to
-// every member. It returns the target, a summary and, per key, the create
-// revision of the first hold key each deletion removed (the holder's
-// token, if it held: a key is held while its hold key is the first under
-// its prefix, etcdlock/doc.go).
-func (e *env) deleteHoldKeys(ctx context.Context, rounds int) (string, string, map[string][]int64, error) {
+// every member. It returns the target, a summary and the rounds: for each
+// key, the create revision of the first hold key the deletion removed (the
+// holder's token, if it held: a key is held while its hold key is the
+// first under its prefix, etcdlock/doc.go). A round runs to its answer
+// even when the load phase ends meanwhile (what it deleted must be
+// known); one whose request failed is recorded as of unknown outcome, not
+// as the fault's error, which would make the checker forget the others.
+func (e *env) deleteHoldKeys(ctx context.Context, rounds int) (string, string, []DeleteRound, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return "etcd", "", nil, err
 	}
 	defer cli.Close()
-	wiped := map[string][]int64{}
-	deleted, done := 0, 0
+	var out []DeleteRound
+	deleted, failed := 0, []string(nil)
 	for i := range rounds {
 		if i > 0 {
 			sleepCtx(ctx, etcdKeyDeleteGap)
@@ -187,32 +190,35 @@ func (e *env) deleteHoldKeys(ctx context.Context, rounds int) (string, string, m
 		if ctx.Err() != nil {
 			break // the load phase ended
 		}
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		d := DeleteRound{Start: monoNow()}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		resp, err := cli.Delete(dctx, etcdLockPrefix+"/", clientv3.WithPrefix(), clientv3.WithPrevKV())
 		cancel()
-		if ctx.Err() != nil {
-			break
-		}
+		d.End = monoNow()
 		if err != nil {
-			return "etcd", "", wiped, err
+			d.Unknown = true
+			failed = append(failed, fmt.Sprintf("round %d: %v", i+1, err))
+			out = append(out, d)
+			continue
 		}
-		first := map[string]int64{}
+		d.Wiped = map[string]int64{}
 		for _, kv := range resp.PrevKvs {
 			key, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), etcdLockPrefix+"/"), "/")
 			if !ok {
 				continue
 			}
-			if r, seen := first[key]; !seen || kv.CreateRevision < r {
-				first[key] = kv.CreateRevision
+			if r, seen := d.Wiped[key]; !seen || kv.CreateRevision < r {
+				d.Wiped[key] = kv.CreateRevision
 			}
 		}
-		for _, key := range sortedKeys(first) {
-			wiped[key] = append(wiped[key], first[key])
-		}
 		deleted += len(resp.PrevKvs)
-		done++
+		out = append(out, d)
 	}
-	return "etcd", fmt.Sprintf("%d hold keys deleted in %d rounds", deleted, done), wiped, nil
+	detail := fmt.Sprintf("%d hold keys deleted in %d rounds", deleted, len(out)-len(failed))
+	if failed != nil {
+		detail += "; of unknown outcome: " + strings.Join(failed, "; ")
+	}
+	return "etcd", detail, out, nil
 }
 
 // etcdKill kills n with SIGKILL, waits d and starts it again from its data

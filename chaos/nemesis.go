@@ -37,9 +37,40 @@ type Fault struct {
 	Wall   int64  `json:"wall"`
 	Detail string `json:"detail,omitempty"` // clock-step: the step and how long it lasted
 	Err    string `json:"err,omitempty"`
-	// Wiped: etcd-key-delete, per key, the token of the hold key each
-	// deletion found first under its prefix (deleteHoldKeys).
-	Wiped map[string][]int64 `json:"wiped,omitempty"`
+	// Rounds: etcd-key-delete's deletions (deleteHoldKeys).
+	Rounds []DeleteRound `json:"rounds,omitempty"`
+}
+
+// DeleteRound is one deletion of etcd-key-delete: when its request was
+// sent and answered (CLOCK_MONOTONIC), and per key the token (create
+// revision) of the first hold key it removed, the holder's if the key was
+// held. Unknown: the request failed, and what it deleted, if anything, is
+// not known.
+type DeleteRound struct {
+	Start   int64            `json:"start"`
+	End     int64            `json:"end"`
+	Wiped   map[string]int64 `json:"wiped,omitempty"`
+	Unknown bool             `json:"unknown,omitempty"`
+}
+
+// wipes reports whether a round of the etcd-key-delete f can have deleted
+// h's hold key while h held it or was being granted it: h asked before the
+// round was answered, and its token was the first under the key's prefix
+// (any token, for a round of unknown outcome); and, unless other is nil,
+// other acquired after that round was sent (a deletion frees the key for
+// an acquisition after it, not before: mutant 42 holds before a later
+// round wipes the newcomer beside it).
+func wipes(f Fault, h, other *Hold) bool {
+	for _, d := range f.Rounds {
+		switch {
+		case h.Invoke > d.End:
+		case !d.Unknown && d.Wiped[h.Key] != h.Token:
+		case other != nil && other.Acquired < d.Start:
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 type faultLog struct {
