@@ -1032,7 +1032,7 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 		if h == a {
 			other = b
 		}
-		if wipedBy(in, h, other) {
+		if r.wipedBy(in, h, other) {
 			// An operator deleted h's hold key (etcd-key-delete):
 			// etcdlock/doc.go tells the holder only at Release
 			// (lock.ErrNotHeld), with no bound; its belief ends there,
@@ -1106,6 +1106,20 @@ func (r *Result) classify(in Input, doc map[string]bool, bound int64, a, b *Hold
 	}
 	window := in.lifeOf(a.Key).Nanoseconds() + bound
 	for _, f := range in.Faults {
+		if f.Err == "" && doc[f.Kind] && f.Kind == fEtcdKeyDelete {
+			// A round frees only the hold whose key was the first
+			// under its prefix, whichever of the two it was (b's, when
+			// b's grant came before the deletion and its answer after
+			// a's acquisition), for an acquisition after it: a
+			// waiter's key that went with it held nothing, and must
+			// not hold after (mutant 42). The holder believes until
+			// its release (etcdlock/doc.go), so any later acquisition
+			// may overlap it.
+			if r.wipes(f, a, b) || r.wipes(f, b, a) {
+				return dOverlap
+			}
+			continue
+		}
 		if f.Err == "" && doc[f.Kind] && freed(f, a, b, window, r.heldAt(b, a.Acquired)) {
 			return dOverlap
 		}
@@ -1168,24 +1182,73 @@ func freed(f Fault, a, b *Hold, window int64, bHeld bool) bool {
 		return false
 	}
 	if f.Kind == fEtcdKeyDelete {
-		// A round frees only the hold whose key was the first under
-		// its prefix, whichever of the two it was (b's, when b's grant
-		// came before the deletion and its answer after a's
-		// acquisition), for an acquisition after it: a waiter's key
-		// that went with it held nothing, and must not hold after
-		// (mutant 42). The holder believes until its release
-		// (etcdlock/doc.go), so any later acquisition may overlap it.
-		return wipes(f, a, b) || wipes(f, b, a)
+		return false // round by round, in classify (Result.wipes)
 	}
 	return took(a, b) || bHeld && took(b, a)
 }
 
 // wipedBy reports whether an etcd-key-delete can have deleted h's hold
 // key before other acquired (wipes).
-func wipedBy(in Input, h, other *Hold) bool {
+func (r *Result) wipedBy(in Input, h, other *Hold) bool {
 	for _, f := range in.Faults {
-		if f.Kind == fEtcdKeyDelete && f.Err == "" && wipes(f, h, other) {
+		if f.Kind == fEtcdKeyDelete && f.Err == "" && r.wipes(f, h, other) {
 			return true
+		}
+	}
+	return false
+}
+
+// wipes reports whether a round of the etcd-key-delete f can have deleted
+// h's hold key while h held it or was being granted it: h asked before the
+// round was answered, and its token was the first under the key's prefix
+// (any token, for a round of unknown outcome); h's acquisition returned
+// by reportSlack after the round's answer, unless its process could not
+// hear meanwhile (a grant the round wiped was read before it: only a
+// reply held up comes back later); and, unless other is nil, other
+// acquired after the round was sent (a deletion frees the key for an
+// acquisition after it, not before: mutant 42 holds before a later round
+// wipes the newcomer beside it).
+func (r *Result) wipes(f Fault, h, other *Hold) bool {
+	for _, d := range f.Rounds {
+		switch {
+		case h.Invoke > d.End:
+		case !d.Unknown && d.Wiped[h.Key] != h.Token:
+		case other != nil && other.Acquired < d.Start:
+		case !d.Unknown && h.Acquired > d.End+reportSlack.Nanoseconds() && !r.heldDuring(h.Proc, d.Start, h.Acquired):
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// wipedFrom is when the first round of an etcd-key-delete that can have
+// deleted h's hold key was sent (wipes), 0 if none.
+func (r *Result) wipedFrom(in Input, h *Hold) int64 {
+	from := int64(0)
+	for _, f := range in.Faults {
+		if f.Kind != fEtcdKeyDelete || f.Err != "" {
+			continue
+		}
+		for _, d := range f.Rounds {
+			one := f
+			one.Rounds = []DeleteRound{d}
+			if r.wipes(one, h, nil) && (from == 0 || d.Start < from) {
+				from = d.Start
+			}
+		}
+	}
+	return from
+}
+
+// heldDuring reports whether proc could not hear from the servers at some
+// moment from from to to (heldAt).
+func (r *Result) heldDuring(proc string, from, to int64) bool {
+	for _, ss := range [][][2]int64{r.pauses[proc], r.selfStalls[proc], r.stalls[proc], r.stalls[""]} {
+		for _, p := range ss {
+			if p[0] <= to && p[1] >= from {
+				return true
+			}
 		}
 	}
 	return false

@@ -746,6 +746,30 @@ func TestCheck(t *testing.T) {
 			{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}},
 			{Start: ms(400), End: ms(402), Wiped: map[string]int64{"k0": 205}}}}},
 			anomalies: []string{aOverlapUndoc}, documented: []string{dOverlap}},
+		{name: "etcd: a wiped token granted long after the round", backend: "etcd", build: func(h *hist) {
+			// w's key was the first at the round (its holder had just
+			// released), and w returned a hold 800 ms later with no
+			// fault on its process: no read before the round answers
+			// that late, so the grant came after it, without a key.
+			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
+			h.add(900, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
+			h.section(950, 960, "b", "k0", "b/0/1", 205, 0, "ok")
+			h.add(1200, "w", opRelease, "k0", "w/0/1", 150, "", 0)
+			h.add(1201, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 150}}}}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUndoc}},
+		{name: "etcd: a wiped token granted late through a black hole", backend: "etcd", build: func(h *hist) {
+			// The same, with w's replies held from before the round: its
+			// confirming read answered before the deletion, and came
+			// back late.
+			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
+			h.add(900, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
+			h.section(950, 960, "b", "k0", "b/0/1", 205, 0, "ok")
+			h.add(1200, "w", opRelease, "k0", "w/0/1", 150, "", 0)
+			h.add(1201, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
+		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 150}}}},
+			{Kind: fProxyBlackhole, Target: "w", Proc: "w", Start: ms(90), End: ms(890)}},
+			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a round of unknown outcome excuses any hold it can have deleted", backend: "etcd", build: func(h *hist) {
 			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
 			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -50,6 +52,18 @@ const etcdLockPrefix = "/chaos/locks"
 
 // etcdKeyDeleteGap is the time between two rounds of etcd-key-delete.
 const etcdKeyDeleteGap = 300 * time.Millisecond
+
+// etcdNemesisPrefix holds etcd-key-delete's markers, outside the lock
+// prefix (deleteHoldKeys).
+const etcdNemesisPrefix = "/chaos/nemesis"
+
+// etcdRoundTimeout bounds one request of etcd-key-delete (etcd's own
+// request timeout is 5 s); etcdSettleTimeout bounds the settling of a
+// round whose request failed.
+const (
+	etcdRoundTimeout  = 5 * time.Second
+	etcdSettleTimeout = 20 * time.Second
+)
 
 // etcdHealWait bounds the wait for every member to serve again after the
 // heal.
@@ -172,17 +186,26 @@ func (e *env) applyEtcd(ctx context.Context, s step, f *Fault) (bool, error) {
 // key, the create revision of the first hold key the deletion removed (the
 // holder's token, if it held: a key is held while its hold key is the
 // first under its prefix, etcdlock/doc.go). A round runs to its answer
-// even when the load phase ends meanwhile (what it deleted must be
-// known); one whose request failed is recorded as of unknown outcome, not
-// as the fault's error, which would make the checker forget the others.
+// even when the load phase ends meanwhile: what it deleted must be known.
+//
+// Each round is one transaction that also creates a marker key of its
+// own, on the condition that the marker does not exist yet, so that a
+// round whose request fails (a timeout, a member gone) can be settled: a
+// put of the marker afterwards finds it (the round was applied, at the
+// marker's create revision R, and deleted what the prefix held at R-1) or
+// not (it never will be: its condition fails from then on). Only a round
+// still unsettled after etcdSettleTimeout is of unknown outcome, open to
+// the end of the run.
 func (e *env) deleteHoldKeys(ctx context.Context, rounds int) (string, string, []DeleteRound, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return "etcd", "", nil, err
 	}
 	defer cli.Close()
+	bg := context.WithoutCancel(ctx)
 	var out []DeleteRound
-	deleted, failed := 0, []string(nil)
+	deleted := 0
+	var notes []string
 	for i := range rounds {
 		if i > 0 {
 			sleepCtx(ctx, etcdKeyDeleteGap)
@@ -190,19 +213,34 @@ func (e *env) deleteHoldKeys(ctx context.Context, rounds int) (string, string, [
 		if ctx.Err() != nil {
 			break // the load phase ended
 		}
+		marker := fmt.Sprintf("%s/delete-%d-%d", etcdNemesisPrefix, time.Now().UnixNano(), i)
 		d := DeleteRound{Start: monoNow()}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		resp, err := cli.Delete(dctx, etcdLockPrefix+"/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+		rctx, cancel := context.WithTimeout(bg, etcdRoundTimeout)
+		resp, err := cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)).
+			Then(clientv3.OpDelete(etcdLockPrefix+"/", clientv3.WithPrefix(), clientv3.WithPrevKV()), clientv3.OpPut(marker, "")).
+			Commit()
 		cancel()
-		d.End = monoNow()
-		if err != nil {
-			d.Unknown = true
-			failed = append(failed, fmt.Sprintf("round %d: %v", i+1, err))
-			out = append(out, d)
-			continue
+		var kvs []*mvccpb.KeyValue
+		if err == nil {
+			d.End = monoNow()
+			kvs = resp.Responses[0].GetResponseDeleteRange().PrevKvs
+		} else {
+			applied, held, serr := settleRound(bg, cli, marker)
+			switch {
+			case serr != nil:
+				d.End, d.Unknown = math.MaxInt64, true
+				notes = append(notes, fmt.Sprintf("round %d of unknown outcome (%v; settling: %v)", i+1, err, serr))
+				out = append(out, d)
+				continue
+			case !applied:
+				notes = append(notes, fmt.Sprintf("round %d not applied (%v)", i+1, err))
+				continue
+			}
+			d.End, kvs = monoNow(), held
+			notes = append(notes, fmt.Sprintf("round %d applied though its request failed (%v)", i+1, err))
 		}
 		d.Wiped = map[string]int64{}
-		for _, kv := range resp.PrevKvs {
+		for _, kv := range kvs {
 			key, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), etcdLockPrefix+"/"), "/")
 			if !ok {
 				continue
@@ -211,14 +249,45 @@ func (e *env) deleteHoldKeys(ctx context.Context, rounds int) (string, string, [
 				d.Wiped[key] = kv.CreateRevision
 			}
 		}
-		deleted += len(resp.PrevKvs)
+		deleted += len(kvs)
 		out = append(out, d)
 	}
-	detail := fmt.Sprintf("%d hold keys deleted in %d rounds", deleted, len(out)-len(failed))
-	if failed != nil {
-		detail += "; of unknown outcome: " + strings.Join(failed, "; ")
+	if out == nil {
+		return "etcd", strings.Join(notes, "; "), nil, errors.New("no deletion applied (the load phase ended first)")
+	}
+	detail := fmt.Sprintf("%d hold keys deleted in %d rounds", deleted, len(out))
+	if notes != nil {
+		detail += "; " + strings.Join(notes, "; ")
 	}
 	return "etcd", detail, out, nil
+}
+
+// settleRound finds out whether the round that creates marker was
+// applied, by putting the marker (retried until etcdSettleTimeout): if it
+// was there, the round was applied at its create revision R, and held is
+// what the lock prefix held at R-1, which the round deleted.
+func settleRound(ctx context.Context, cli *clientv3.Client, marker string) (applied bool, held []*mvccpb.KeyValue, err error) {
+	deadline := time.Now().Add(etcdSettleTimeout)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, etcdRoundTimeout)
+		var pr *clientv3.PutResponse
+		if pr, err = cli.Put(rctx, marker, "", clientv3.WithPrevKV()); err == nil && pr.PrevKv == nil {
+			cancel()
+			return false, nil, nil
+		}
+		if err == nil {
+			var g *clientv3.GetResponse
+			if g, err = cli.Get(rctx, etcdLockPrefix+"/", clientv3.WithPrefix(), clientv3.WithRev(pr.PrevKv.CreateRevision-1)); err == nil {
+				cancel()
+				return true, g.Kvs, nil
+			}
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			return false, nil, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // etcdKill kills n with SIGKILL, waits d and starts it again from its data

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/coordkit/coordkit/internal/testserver"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -105,5 +107,31 @@ func TestEtcdKeyDelete(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("the waiter's release: %v", err)
+	}
+
+	// A round whose request failed is settled by its marker: applied
+	// (the marker there: what the prefix held just before is what it
+	// deleted), or not (the marker put first, the round's condition
+	// fails from then on).
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, etcdLockPrefix+"/k1/x-1", "o"); err != nil {
+		t.Fatal(err)
+	}
+	marker := etcdNemesisPrefix + "/test-applied"
+	if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)).
+		Then(clientv3.OpDelete(etcdLockPrefix+"/", clientv3.WithPrefix()), clientv3.OpPut(marker, "")).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	applied, kvs, err := settleRound(ctx, cli, marker)
+	if err != nil || !applied || len(kvs) != 1 || string(kvs[0].Key) != etcdLockPrefix+"/k1/x-1" {
+		t.Errorf("settling an applied round: applied %v, held %v, %v; want the one key it deleted", applied, kvs, err)
+	}
+	applied, _, err = settleRound(ctx, cli, etcdNemesisPrefix+"/test-lost")
+	if err != nil || applied {
+		t.Errorf("settling a round never applied: applied %v, %v", applied, err)
 	}
 }

@@ -127,21 +127,10 @@ const linearTimeout = 60 * time.Second
 func mayHaveWiped(in Input, h *Hold) bool {
 	doc := documentedFaults(in.Backend)
 	for _, f := range in.Faults {
-		if f.Kind == fEtcdKeyDelete && !wipes(f, h, nil) {
-			continue // it deleted the first hold key only (freed)
+		if f.Kind == fEtcdKeyDelete {
+			continue // its rounds free only the holds they deleted (checkLinearizable: wipedFrom)
 		}
 		if f.Err == "" && doc[f.Kind] && (f.Proc == "" || f.Proc == h.Proc) && f.Start <= h.Released && f.End >= h.Invoke {
-			return true
-		}
-	}
-	return false
-}
-
-// wipedAny reports whether an etcd-key-delete can have deleted h's hold
-// key at any time (wipes).
-func wipedAny(in Input, h *Hold) bool {
-	for _, f := range in.Faults {
-		if f.Kind == fEtcdKeyDelete && f.Err == "" && wipes(f, h, nil) {
 			return true
 		}
 	}
@@ -181,11 +170,12 @@ func (r *Result) checkLinearizable(in Input) {
 			of = append(of, h)
 			call, ret := h.Release, h.Released
 			switch rep := h.reportedAt(); {
-			case h.RelRes != "ok" && wipedAny(in, h):
+			case h.RelRes != "ok" && r.wipedFrom(in, h) != 0:
 				// Its hold key deleted by an operator (etcd-key-delete):
-				// freed anywhere from its request on, believed until its
-				// release or its process's end (etcdlock/doc.go).
-				call, ret = h.Invoke+1, max(h.Released, h.Last, r.procEnd[h.Proc])+life
+				// freed anywhere from the first deletion that can have
+				// taken it on, believed until its release or its
+				// process's end (etcdlock/doc.go).
+				call, ret = max(h.Invoke, r.wipedFrom(in, h))+1, max(h.Released, h.Last, r.procEnd[h.Proc])+life
 			case rep != 0: // lost anywhere after the request went out
 				call, ret = h.Invoke+1, rep
 			case h.Release != 0 && h.RelRes == "ok":
