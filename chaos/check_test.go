@@ -58,6 +58,19 @@ func (h *hist) waiting(inv, acq, end int64, proc, key, hold string, tok, v int64
 	}
 }
 
+// held adds an acquisition with no work recorded: invoke at inv, acquired
+// at acq with tok.
+func (h *hist) held(inv, acq int64, proc, key, hold string, tok int64) {
+	h.add(inv, proc, opInvoke, key, hold, 0, "", 0)
+	h.add(acq, proc, opAcquired, key, hold, tok, "", 0)
+}
+
+// released adds hold's release at t, answered relRes at t+1.
+func (h *hist) released(t int64, proc, key, hold string, tok int64, relRes string) {
+	h.add(t, proc, opRelease, key, hold, tok, "", 0)
+	h.add(t+1, proc, opReleased, key, hold, tok, relRes, 0)
+}
+
 // readSection adds a read-side lock.Do (the rw backend): invoke at t
 // (Mode "r"), acquired at t+1 with tok (the last write's), two counter
 // reads of v, release at end.
@@ -106,6 +119,12 @@ func (h *hist) outerEnd(t int64, proc, key, hold string, tok int64, casRes, relR
 
 func TestCheck(t *testing.T) {
 	ms := func(n int64) int64 { return n * 1e6 }
+	// deletion is an etcd-key-delete of one round, 100-102 ms, that
+	// found tok first under key's prefix.
+	deletion := func(key string, tok int64) Fault {
+		return Fault{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102),
+			Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{key: tok}}}}
+	}
 	tests := []struct {
 		name       string
 		backend    string
@@ -668,22 +687,18 @@ func TestCheck(t *testing.T) {
 		// holder (its key the first under the prefix: Wiped) may overlap
 		// the next, told at Release (etcdlock/doc.go).
 		{name: "etcd: a deleted hold told at its release", backend: "etcd", build: func(h *hist) {
-			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.held(0, 1, "a", "k0", "a/0/1", 100)
 			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
-			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
-			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			h.released(2000, "a", "k0", "a/0/1", 100, "notheld")
+		}, faults: []Fault{deletion("k0", 100)},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold in a long section, taken 2 s after", backend: "etcd", build: func(h *hist) {
 			// Past the lease's life and the report bound after the
 			// deletion: the holder still believes, as the doc says.
-			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.held(0, 1, "a", "k0", "a/0/1", 100)
 			h.section(2100, 2110, "b", "k0", "b/0/1", 205, 0, "ok")
-			h.add(3000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
-			h.add(3001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			h.released(3000, "a", "k0", "a/0/1", 100, "notheld")
+		}, faults: []Fault{deletion("k0", 100)},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold whose grant's answer came late", backend: "etcd", build: func(h *hist) {
 			// a's key was the first at the deletion, its answer out: b,
@@ -691,29 +706,26 @@ func TestCheck(t *testing.T) {
 			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
 			h.section(110, 130, "b", "k0", "b/0/1", 205, 0, "ok")
 			h.add(125, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
-			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
-			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			h.released(2000, "a", "k0", "a/0/1", 100, "notheld")
+		}, faults: []Fault{deletion("k0", 100)},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold killed in its release", backend: "etcd", build: func(h *hist) {
 			// Its belief ended at the release's invocation; the
 			// process died before the answer (review of 4f83f0f, FP2).
-			h.add(0, "a", opInvoke, "L0", "a/4/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "L0", "a/4/1", 100, "", 0)
+			h.held(0, 1, "a", "L0", "a/4/1", 100)
 			h.section(120, 130, "b", "L0", "b/0/1", 205, 0, "ok")
 			h.add(1000, "a", opWrite, "L0", "a/4/1", 0, "ok", 1)
 			h.add(2000, "a", opRelease, "L0", "a/4/1", 100, "", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"L0": 100}}}},
+		}, faults: []Fault{deletion("L0", 100),
 			{Kind: fClientKill, Target: "a", Proc: "a", Start: ms(2005), End: ms(2006)}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap, dLostUpdate}},
 		{name: "etcd: a deleted hold killed in its section", backend: "etcd", build: func(h *hist) {
 			// FP1: the linearizability check let a dead holder's
 			// release fall only after its last event.
-			h.add(0, "a", opInvoke, "L0", "a/4/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "L0", "a/4/1", 100, "", 0)
+			h.held(0, 1, "a", "L0", "a/4/1", 100)
 			h.section(120, 130, "b", "L0", "b/0/1", 205, 0, "ok")
 			h.add(1000, "a", opRead, "L0", "a/4/1", 0, "ok", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"L0": 100}}}},
+		}, faults: []Fault{deletion("L0", 100),
 			{Kind: fClientKill, Target: "a", Proc: "a", Start: ms(1500), End: ms(1501)}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold answered late, its release an error", backend: "etcd", build: func(h *hist) {
@@ -722,26 +734,19 @@ func TestCheck(t *testing.T) {
 			h.add(0, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
 			h.section(110, 130, "a", "k0", "a/0/1", 205, 0, "ok")
 			h.add(125, "b", opAcquired, "k0", "b/0/1", 100, "", 0)
-			h.add(2000, "b", opRelease, "k0", "b/0/1", 100, "", 0)
-			h.add(2001, "b", opReleased, "k0", "b/0/1", 100, "error: etcdlock: release: context deadline exceeded", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			h.released(2000, "b", "k0", "b/0/1", 100, "error: etcdlock: release: context deadline exceeded")
+		}, faults: []Fault{deletion("k0", 100)},
 			accepted: []AcceptedWrite{{"a/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a later round's wipe excuses no earlier overlap", backend: "etcd", build: func(h *hist) {
 			// FN1: w (mutant 42) holds after round 1 without a key; b
 			// acquires 20 ms later and round 2 wipes b: the overlap began
 			// before round 2, and w's token was no round's first key.
-			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
-			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
-			h.add(105, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
-			h.add(110, "b", opInvoke, "k0", "b/0/1", 0, "", 0)
-			h.add(120, "b", opAcquired, "k0", "b/0/1", 205, "", 0)
-			h.add(600, "w", opRelease, "k0", "w/0/1", 150, "", 0)
-			h.add(601, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
-			h.add(700, "b", opRelease, "k0", "b/0/1", 205, "", 0)
-			h.add(701, "b", opReleased, "k0", "b/0/1", 205, "notheld", 0)
-			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
-			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+			h.held(0, 1, "a", "k0", "a/0/1", 100)
+			h.held(50, 105, "w", "k0", "w/0/1", 150)
+			h.held(110, 120, "b", "k0", "b/0/1", 205)
+			h.released(600, "w", "k0", "w/0/1", 150, "notheld")
+			h.released(700, "b", "k0", "b/0/1", 205, "notheld")
+			h.released(2000, "a", "k0", "a/0/1", 100, "notheld")
 		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(402), Rounds: []DeleteRound{
 			{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}},
 			{Start: ms(400), End: ms(402), Wiped: map[string]int64{"k0": 205}}}}},
@@ -751,54 +756,42 @@ func TestCheck(t *testing.T) {
 			// released), and w returned a hold 800 ms later with no
 			// fault on its process: no read before the round answers
 			// that late, so the grant came after it, without a key.
-			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
-			h.add(900, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
+			h.held(50, 900, "w", "k0", "w/0/1", 150)
 			h.section(950, 960, "b", "k0", "b/0/1", 205, 0, "ok")
-			h.add(1200, "w", opRelease, "k0", "w/0/1", 150, "", 0)
-			h.add(1201, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 150}}}}},
+			h.released(1200, "w", "k0", "w/0/1", 150, "notheld")
+		}, faults: []Fault{deletion("k0", 150)},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUndoc}},
 		{name: "etcd: a wiped token granted late through a black hole", backend: "etcd", build: func(h *hist) {
 			// The same, with w's replies held from before the round: its
 			// confirming read answered before the deletion, and came
 			// back late.
-			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
-			h.add(900, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
+			h.held(50, 900, "w", "k0", "w/0/1", 150)
 			h.section(950, 960, "b", "k0", "b/0/1", 205, 0, "ok")
-			h.add(1200, "w", opRelease, "k0", "w/0/1", 150, "", 0)
-			h.add(1201, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 150}}}},
+			h.released(1200, "w", "k0", "w/0/1", 150, "notheld")
+		}, faults: []Fault{deletion("k0", 150),
 			{Kind: fProxyBlackhole, Target: "w", Proc: "w", Start: ms(90), End: ms(890)}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a round of unknown outcome excuses any hold it can have deleted", backend: "etcd", build: func(h *hist) {
-			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.held(0, 1, "a", "k0", "a/0/1", 100)
 			h.section(2100, 2110, "b", "k0", "b/0/1", 205, 0, "ok")
-			h.add(3000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
-			h.add(3001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
+			h.released(3000, "a", "k0", "a/0/1", 100, "notheld")
 		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(2100), Rounds: []DeleteRound{{Start: ms(100), End: ms(2100), Unknown: true}}}},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, documented: []string{dOverlap}},
 		{name: "etcd: a deleted hold whose release answered ok", backend: "etcd", build: func(h *hist) {
-			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
+			h.held(0, 1, "a", "k0", "a/0/1", 100)
 			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
-			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
-			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "ok", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			h.released(2000, "a", "k0", "a/0/1", 100, "ok")
+		}, faults: []Fault{deletion("k0", 100)},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUnrep, aNonLinear}},
 		{name: "etcd: a waiter whose key went with the holder's holds", backend: "etcd", build: func(h *hist) {
 			// Mutant 42: w, second in line, took its predecessor's
 			// deletion for the grant without reading its own key.
-			h.add(0, "a", opInvoke, "k0", "a/0/1", 0, "", 0)
-			h.add(1, "a", opAcquired, "k0", "a/0/1", 100, "", 0)
-			h.add(50, "w", opInvoke, "k0", "w/0/1", 0, "", 0)
-			h.add(101, "w", opAcquired, "k0", "w/0/1", 150, "", 0)
+			h.held(0, 1, "a", "k0", "a/0/1", 100)
+			h.held(50, 101, "w", "k0", "w/0/1", 150)
 			h.section(120, 130, "b", "k0", "b/0/1", 205, 0, "ok")
-			h.add(300, "w", opRelease, "k0", "w/0/1", 150, "", 0)
-			h.add(301, "w", opReleased, "k0", "w/0/1", 150, "notheld", 0)
-			h.add(2000, "a", opRelease, "k0", "a/0/1", 100, "", 0)
-			h.add(2001, "a", opReleased, "k0", "a/0/1", 100, "notheld", 0)
-		}, faults: []Fault{{Kind: fEtcdKeyDelete, Target: "etcd", Start: ms(100), End: ms(102), Rounds: []DeleteRound{{Start: ms(100), End: ms(102), Wiped: map[string]int64{"k0": 100}}}}},
+			h.released(300, "w", "k0", "w/0/1", 150, "notheld")
+			h.released(2000, "a", "k0", "a/0/1", 100, "notheld")
+		}, faults: []Fault{deletion("k0", 100)},
 			accepted: []AcceptedWrite{{"b/0/1", 205}}, anomalies: []string{aOverlapUndoc}, documented: []string{dOverlap}},
 		{name: "unknown writer", backend: "lock", build: func(h *hist) {
 			h.section(0, 10, "a", "k0", "a/0/1", 100, 0, "ok")
