@@ -44,8 +44,9 @@ type Fault struct {
 // DeleteRound is one deletion of etcd-key-delete: when its request was
 // sent and answered (CLOCK_MONOTONIC), and per key the token (create
 // revision) of the first hold key it removed, the holder's if the key was
-// held. Unknown: the request failed, and what it deleted, if anything, is
-// not known.
+// held. Unknown: the request failed and could not be settled
+// (deleteHoldKeys), so what it deleted, if anything, and when, is not
+// known: End is then the end of time.
 type DeleteRound struct {
 	Start   int64            `json:"start"`
 	End     int64            `json:"end"`
