@@ -1210,14 +1210,22 @@ func (r *Result) wipedBy(in Input, h, other *Hold) bool {
 // wipes the newcomer beside it).
 func (r *Result) wipes(f Fault, h, other *Hold) bool {
 	for _, d := range f.Rounds {
-		switch {
-		case h.Invoke > d.End:
-		case !d.Unknown && d.Wiped[h.Key] != h.Token:
-		case other != nil && other.Acquired < d.Start:
-		case !d.Unknown && h.Acquired > d.End+reportSlack.Nanoseconds() && !r.heldDuring(h.Proc, d.Start, h.Acquired):
-		default:
+		if r.roundWipes(d, h, other) {
 			return true
 		}
+	}
+	return false
+}
+
+// roundWipes is wipes for the round d.
+func (r *Result) roundWipes(d DeleteRound, h, other *Hold) bool {
+	switch {
+	case h.Invoke > d.End:
+	case !d.Unknown && d.Wiped[h.Key] != h.Token:
+	case other != nil && other.Acquired < d.Start:
+	case !d.Unknown && h.Acquired > d.End+reportSlack.Nanoseconds() && !r.heldDuring(h.Proc, d.Start, h.Acquired):
+	default:
+		return true
 	}
 	return false
 }
@@ -1231,9 +1239,7 @@ func (r *Result) wipedFrom(in Input, h *Hold) int64 {
 			continue
 		}
 		for _, d := range f.Rounds {
-			one := f
-			one.Rounds = []DeleteRound{d}
-			if r.wipes(one, h, nil) && (from == 0 || d.Start < from) {
+			if r.roundWipes(d, h, nil) && (from == 0 || d.Start < from) {
 				from = d.Start
 			}
 		}
@@ -1258,14 +1264,7 @@ func (r *Result) heldDuring(proc string, from, to int64) bool {
 // (its replies held: a black hole, late replies, a pause, a stall of its
 // own, a server paused).
 func (r *Result) heldAt(h *Hold, t int64) bool {
-	for _, ss := range [][][2]int64{r.pauses[h.Proc], r.selfStalls[h.Proc], r.stalls[h.Proc], r.stalls[""]} {
-		for _, p := range ss {
-			if p[0] <= t && p[1] >= t {
-				return true
-			}
-		}
-	}
-	return false
+	return r.heldDuring(h.Proc, t, t)
 }
 
 // checkLostUpdates: two successful counter writes of the same value mean
