@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,9 +83,8 @@ func (c *Client) obtain(ctx context.Context, key string, opts []lock.Option, blo
 	if err := c.enter(ctx, key, block); err != nil {
 		return nil, err
 	}
-	q := queue{key: key, pfx: c.prefix + "/" + key + "/", slot: true}
-	q.first = q.pfx
-	q.path = func(g *generation) string { return fmt.Sprintf("%s%x-%d", q.pfx, int64(g.id), c.seq.Add(1)) }
+	pfx := c.prefix + "/" + key + "/"
+	q := queue{key: key, pfx: pfx, first: pfx, names: pfx, slot: true}
 	for {
 		h, reaping, err := c.acquire(ctx, q, owner, block)
 		c.mu.Lock()
@@ -130,13 +130,9 @@ type queue struct {
 	// were made before it: pfx for an exclusive hold (every key), the
 	// writers' "<pfx>w/" for a reader.
 	first string
-	// path names a new hold key on g's lease, "<pfx><lease hex>-<n>", n
-	// new for every attempt (c.seq): only the attempt that named it makes
-	// a key there (again only when a creation got no answer, or its key
-	// was deleted under it), so once the attempt has returned its hold, a
-	// deletion applied late (Release's, whose request returned an error)
-	// deletes nothing but that hold's key.
-	path func(g *generation) string
+	// names is the prefix of the attempt's hold key name on a lease:
+	// "<names><lease hex>-<n>" (see Client.name).
+	names string
 	// slot: the attempt holds key's slot (the mutex: one hold key per
 	// Client and key); a creation of unknown outcome keeps it until its
 	// key is deleted.
@@ -172,7 +168,7 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			// A new name on each lease, the same one for every try on
 			// it: a creation sent again after no answer must find the
 			// first copy's key, if it made one.
-			path, pathGen, doubtful = q.path(g), g, false
+			path, pathGen, doubtful = c.name(q.names, g), g, false
 		}
 		rev, w, err := c.create(ctx, q.first, path, owner, g)
 		switch {
@@ -206,24 +202,24 @@ func (c *Client) acquire(ctx context.Context, q queue, owner string, block bool)
 			return nil, false, err // none: create returns only the two above
 		}
 		if ctx.Err() != nil {
-			c.abandon(path, rev, g, doubtful)
+			c.abandon(q.names, path, rev, g, doubtful)
 			return nil, false, notObtained(ctx)
 		}
 		if w.pred == "" {
-			return &hold{key: key, path: path, token: rev, gen: g, doubtful: doubtful, lost: make(chan struct{})}, false, nil
+			return &hold{key: key, path: path, names: q.names, token: rev, gen: g, doubtful: doubtful, lost: make(chan struct{})}, false, nil
 		}
 		if !block {
-			c.abandon(path, rev, g, doubtful)
+			c.abandon(q.names, path, rev, g, doubtful)
 			return nil, false, lock.ErrNotObtained
 		}
 		err = c.await(ctx, q.first, path, rev, g, w)
 		switch {
 		case err == nil:
-			return &hold{key: key, path: path, token: rev, gen: g, doubtful: doubtful, lost: make(chan struct{})}, false, nil
+			return &hold{key: key, path: path, names: q.names, token: rev, gen: g, doubtful: doubtful, lost: make(chan struct{})}, false, nil
 		case errors.Is(err, errRestart):
 			continue
 		default:
-			c.abandon(path, rev, g, doubtful)
+			c.abandon(q.names, path, rev, g, doubtful)
 			return nil, false, err
 		}
 	}
@@ -450,16 +446,70 @@ const abandonTimeout = time.Second
 
 // abandon deletes the hold key of an attempt given up, before Obtain
 // returns; if that fails, in the background. If a creation of it got no
-// answer (doubtful), path is swept from then on.
-func (c *Client) abandon(path string, rev int64, g *generation, doubtful bool) {
+// answer (doubtful), path is swept from then on; otherwise, once the
+// deletion has answered, the name (under names) is free for the next
+// attempt.
+func (c *Client) abandon(names, path string, rev int64, g *generation, doubtful bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	defer cancel()
-	if err := c.deleteHold(ctx, path, rev); err != nil && err != lock.ErrNotHeld {
+	err := c.deleteHold(ctx, path, rev)
+	switch {
+	case doubtful:
+		c.sweep(path, g)
+	case err == nil || err == lock.ErrNotHeld:
+		c.mu.Lock()
+		c.freeLocked(g, names, path)
+		c.mu.Unlock()
+	}
+	if err != nil && err != lock.ErrNotHeld {
 		c.reap(path, rev)
 	}
-	if doubtful {
-		c.sweep(path, g)
+}
+
+// maxFreeNames bounds the names a lease keeps for reuse: one per prefix
+// (a key's mutex, or a side of its read-write lock) released last.
+const maxFreeNames = 1024
+
+// name returns the name of a new attempt's hold key under names on g's
+// lease: the one this Client's last attempt there gave back, if any, else
+// a new one, "<names><lease hex>-<n>" (c.seq). A name is given back only
+// when every request that touched it has answered and its key is known to
+// be gone (Release's deletion answered; an abandoned attempt's, likewise);
+// never when a request on it got no answer (a creation, which the Client
+// then sweeps, or a deletion, which could still be applied late): so a
+// request applied late deletes or makes nothing at a name in use again
+// (TestLateReleaseSparesNextHold, TestLateCreationSwept). Reusing names
+// keeps the keys under a lock's prefix few: etcd's index keeps every
+// deleted key until the next compaction, and each read of a prefix walks
+// them all, so with a new name per attempt every acquisition of a busy
+// key would grow slower until then (TestNamesReused).
+func (c *Client) name(names string, g *generation) string {
+	c.mu.Lock()
+	path, ok := g.free[names]
+	if ok {
+		delete(g.free, names)
 	}
+	c.mu.Unlock()
+	if ok {
+		return path
+	}
+	return names + strconv.FormatInt(int64(g.id), 16) + "-" + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// freeLocked gives the name path under names back for g's next attempt
+// there (see name); at most maxFreeNames are kept, an arbitrary one
+// dropped for a new one. c.mu must be held.
+func (c *Client) freeLocked(g *generation, names, path string) {
+	if g.why != nil {
+		return
+	}
+	if _, ok := g.free[names]; !ok && len(g.free) >= maxFreeNames {
+		for k := range g.free {
+			delete(g.free, k)
+			break
+		}
+	}
+	g.free[names] = path
 }
 
 // sweep keeps path free of keys on g's lease from now until g ends or the

@@ -46,7 +46,7 @@ type Client struct {
 	wg   sync.WaitGroup
 
 	granting chan struct{} // a semaphore of one: one Grant in flight at a time
-	seq      atomic.Uint64 // numbers the attempts' hold key names
+	seq      atomic.Uint64 // numbers the hold key names (Client.name)
 
 	mu     sync.Mutex // protects the fields below, every generation's until, why and holds, every hold's mutable fields, every slot's refs
 	closed bool
@@ -64,6 +64,7 @@ type generation struct {
 	until time.Time          // the lease is known to be alive until then
 	why   error              // set before dead is closed
 	holds map[*hold]struct{} // the live holds on this lease
+	free  map[string]string  // per names prefix, a hold key name to reuse (Client.name)
 	// lost: the holds the lease took with it, for keep to report to the
 	// metrics hooks once it ends.
 	lost []*hold
@@ -204,7 +205,7 @@ func (c *Client) lease(ctx context.Context) (*generation, error) {
 		}
 		return nil, fmt.Errorf("etcdlock: grant a lease: %w", err)
 	}
-	g := &generation{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, dead: make(chan struct{}), holds: map[*hold]struct{}{}}
+	g := &generation{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, dead: make(chan struct{}), holds: map[*hold]struct{}{}, free: map[string]string{}}
 	g.until = sent.Add(g.window())
 	c.mu.Lock()
 	if c.closed {

@@ -16,6 +16,7 @@ import (
 type hold struct {
 	key   string
 	path  string // the hold key, "<prefix>/<key>/<lease hex>-<n>"
+	names string // the prefix of its name (Client.name)
 	token int64  // its create revision
 	gen   *generation
 	// doubtful: a creation of path got no answer (its first copy may
@@ -128,6 +129,11 @@ func (l *Lease) release(ctx context.Context) error {
 	c.obs.Held(h.key, c.now().Sub(h.since))
 	err := c.deleteOwn(ctx, h.path)
 	c.mu.Lock()
+	if !h.doubtful && (err == nil || err == lock.ErrNotHeld) {
+		// The deletion answered: the key is gone, and nothing is on
+		// the wire to make or delete a key at its name later.
+		c.freeLocked(h.gen, h.names, h.path)
+	}
 	if h.inSlot {
 		h.inSlot = false
 		c.leaveLocked(h.key)
@@ -171,11 +177,11 @@ func (c *Client) loseLocked(h *hold, why error) {
 }
 
 // deleteOwn deletes the hold key path of a hold being released: one
-// request, with no condition, since no key is made at path once its
-// attempt has returned the hold (its name is new for every attempt:
-// queue.path). A deletion that returned an error may still be applied
-// later, and then deletes nothing else (TestLateReleaseSparesNextHold). It returns lock.ErrNotHeld if the key
-// was gone (ForceRelease, or the lease ended).
+// request, with no condition, since no other key is made at path until
+// the deletion has answered (Client.name). A deletion that returned an
+// error may still be applied later, and then deletes nothing else: its
+// name is not used again (TestLateReleaseSparesNextHold). It returns
+// lock.ErrNotHeld if the key was gone (ForceRelease, or the lease ended).
 func (c *Client) deleteOwn(ctx context.Context, path string) error {
 	resp, err := c.cli.Delete(ctx, path)
 	if err != nil {

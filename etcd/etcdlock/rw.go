@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/lock"
@@ -43,19 +42,17 @@ func (s rwSide) TryObtain(ctx context.Context, key string, opts ...lock.Option) 
 
 // rwQueue returns where a hold key of key's read-write lock goes: readers
 // under "<prefix>.rw/<key>/r/", writers under "<prefix>.rw/<key>/w/", each
-// named "<lease hex>-<n>", n new for every attempt (one Client may hold or
-// wait for a key several times at once: its owners share the read side).
-// A writer waits for every key made before it; a reader for the writers.
+// named "<lease hex>-<n>" (Client.name: one Client may hold or wait for a
+// key several times at once, its owners sharing the read side, and each
+// attempt has a name of its own). A writer waits for every key made before
+// it; a reader for the writers.
 func (c *Client) rwQueue(key string, write bool) queue {
 	pfx := c.prefix + ".rw/" + key + "/"
-	side, first := "r", pfx+"w/"
+	names, first := pfx+"r/", pfx+"w/"
 	if write {
-		side, first = "w", pfx
+		names, first = pfx+"w/", pfx
 	}
-	n := c.seq.Add(1)
-	return queue{key: key, pfx: pfx, first: first, path: func(g *generation) string {
-		return fmt.Sprintf("%s%s/%x-%d", pfx, side, int64(g.id), n)
-	}}
+	return queue{key: key, pfx: pfx, first: first, names: names}
 }
 
 func (c *Client) obtainRW(ctx context.Context, key string, opts []lock.Option, write, block bool) (lock.Lease, error) {
