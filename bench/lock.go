@@ -149,20 +149,38 @@ func lkKey(prefix string) string {
 
 // commandstats returns the total calls per command from INFO commandstats.
 func commandstats(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
+	m, _, err := commandstatsUsec(ctx, rdb)
+	return m, err
+}
+
+// scriptCommands are the commands that run a Lua script (or function):
+// their calls are the scripts a library sends, their usec the time Redis
+// spent in them (the commands the scripts run included).
+var scriptCommands = []string{"eval", "evalsha", "fcall"}
+
+// commandstatsUsec returns the total calls and µs per command from INFO
+// commandstats.
+func commandstatsUsec(ctx context.Context, rdb redis.UniversalClient) (calls, usec map[string]int64, err error) {
 	s, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	m := map[string]int64{}
+	calls, usec = map[string]int64{}, map[string]int64{}
 	for _, line := range strings.Split(s, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
 		if !ok {
 			continue
 		}
-		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		m[strings.TrimPrefix(name, "cmdstat_")] = n
+		fields := strings.Split(rest, ",")
+		name = strings.TrimPrefix(name, "cmdstat_")
+		calls[name], _ = strconv.ParseInt(fields[0], 10, 64)
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				usec[name], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
 	}
-	return m, nil
+	return calls, usec, nil
 }
 
 func statsDelta(before, after map[string]int64) int64 {

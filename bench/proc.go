@@ -32,6 +32,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/testserver"
 )
 
@@ -39,13 +40,14 @@ func init() { register(Suite{Name: "lockproc", Run: runLockProcSuite}) }
 
 // procLibs are the libraries a worker process can run, by name.
 var procLibs = map[string]lkLib{
-	"coordkit":       lkCoordkit0,
-	"coordkit-fair":  lkCoordkitF,
-	"redislock":      lkRedislock0,
-	"redislock-1ms":  lkRedislock1,
-	"redsync":        lkRedsyncDef,
-	"redsync-1ms":    lkRedsyncBest,
-	"redislock-10ms": lkRedislock10,
+	"coordkit":         lkCoordkit0,
+	"coordkit-evalsha": lkCoordkit0, // with COORDKIT_REDIS_FUNCTIONS=off: EVALSHA, not FCALL
+	"coordkit-fair":    lkCoordkitF,
+	"redislock":        lkRedislock0,
+	"redislock-1ms":    lkRedislock1,
+	"redsync":          lkRedsyncDef,
+	"redsync-1ms":      lkRedsyncBest,
+	"redislock-10ms":   lkRedislock10,
 }
 
 // procResult is what a worker reports on its stdout (one JSON line).
@@ -75,6 +77,9 @@ func lockWorker(args []string) error {
 	lib, ok := procLibs[*libName]
 	if !ok {
 		return fmt.Errorf("unknown library %q", *libName)
+	}
+	if strings.HasSuffix(*libName, "-evalsha") {
+		os.Setenv(redisfn.EnvVar, "off")
 	}
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{*addr}})
 	defer rdb.Close()
@@ -341,6 +346,7 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
 // procRun is one measured run of n workers with the same arguments.
 type procRun struct {
 	perSec, calls, cpuUS, mallocs, failed, clientUS float64
+	scripts, scriptUS                               float64 // per pair: script calls (EVAL, EVALSHA, FCALL), Redis µs in them
 	waitsUS                                         []int64
 	counts                                          []int64
 	holds                                           [][]int64
@@ -364,7 +370,7 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 		}
 		ws = append(ws, w)
 	}
-	stats0, err := commandstats(ctx, admin)
+	stats0, usec0, err := commandstatsUsec(ctx, admin)
 	if err != nil {
 		return procRun{}, err
 	}
@@ -380,13 +386,17 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 	if err != nil {
 		return procRun{}, err
 	}
-	stats1, err := commandstats(ctx, admin)
+	stats1, usec1, err := commandstatsUsec(ctx, admin)
 	if err != nil {
 		return procRun{}, err
 	}
 	p := float64(max(pairs, 1))
 	r.calls = float64(statsDelta(stats0, stats1)-2) / p // less the INFO cpu and commandstats calls
 	r.cpuUS = (cpu1 - cpu0) * 1e6 / p
+	for _, c := range scriptCommands {
+		r.scripts += float64(stats1[c]-stats0[c]) / p
+		r.scriptUS += float64(usec1[c]-usec0[c]) / p
+	}
 	return r, nil
 }
 
@@ -513,7 +523,7 @@ var procPhases = func() *[]string {
 // procUncontended: one process per library, 32 goroutines each locking
 // its own key.
 func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
-	libs := append([]string{"coordkit", "coordkit-fair", "redislock", "redsync"}, extraNames()...)
+	libs := append([]string{"coordkit", "coordkit-evalsha", "coordkit-fair", "redislock", "redsync"}, extraNames()...)
 	res := make(map[string][]procRun)
 	for round := range env.Rounds {
 		for i := range libs {
@@ -529,12 +539,16 @@ func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClien
 	base := med("redislock", func(r procRun) float64 { return r.perSec })
 	t := Table{
 		Title: fmt.Sprintf("(a) uncontended, each library in its own process: 32 goroutines, each lock+release of its own key (median of %d interleaved rounds of %v, a fresh process per round)", env.Rounds, env.Dur),
-		Cols:  []string{"library", "pairs/s", "vs redislock", "Redis calls/pair (incl. in scripts)", "Redis CPU µs/pair", "client CPU µs/pair", "allocs/pair (client)"},
+		Cols:  []string{"library", "pairs/s", "vs redislock", "Redis calls/pair (incl. in scripts)", "scripts/pair", "script µs/pair", "vs redislock", "Redis CPU µs/pair", "client CPU µs/pair", "allocs/pair (client)"},
 	}
+	baseUS := med("redislock", func(r procRun) float64 { return r.scriptUS })
 	for _, name := range libs {
 		ps := med(name, func(r procRun) float64 { return r.perSec })
+		us := med(name, func(r procRun) float64 { return r.scriptUS })
 		t.Row(name, ps, Ratio(ps, base),
 			med(name, func(r procRun) float64 { return r.calls }),
+			med(name, func(r procRun) float64 { return r.scripts }),
+			us, Ratio(us, baseUS),
 			med(name, func(r procRun) float64 { return r.cpuUS }),
 			med(name, func(r procRun) float64 { return r.clientUS }),
 			med(name, func(r procRun) float64 { return r.mallocs }))
@@ -546,7 +560,7 @@ func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClien
 // procHotKey: 16 processes of one library, one goroutine each, on one key.
 func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
 	const n = 16
-	libs := append([]string{"coordkit", "coordkit-fair", "redislock-1ms", "redsync-1ms"}, extraNames()...)
+	libs := append([]string{"coordkit", "coordkit-evalsha", "coordkit-fair", "redislock-1ms", "redsync-1ms"}, extraNames()...)
 	res := make(map[string][]procRun)
 	for round := range env.Rounds {
 		for i := range libs {
@@ -594,13 +608,14 @@ func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) er
 	}
 	t := Table{
 		Title: fmt.Sprintf("(b) hot key across processes: %d processes of one library, one goroutine each, on one key; holds checked for overlap across processes (median of %d interleaved rounds of %v)", n, env.Rounds, env.Dur),
-		Cols:  []string{"library", "sections/s", "vs best peer", "wait p50 ms", "p99 ms", "max ms", "share spread", "Redis calls/section", "Redis CPU µs/section", "failed obtains", "hand-off p50 µs", "p99 µs"},
+		Cols:  []string{"library", "sections/s", "vs best peer", "wait p50 ms", "p99 ms", "max ms", "share spread", "Redis calls/section", "script µs/section", "Redis CPU µs/section", "failed obtains", "hand-off p50 µs", "p99 µs"},
 	}
 	for _, name := range libs {
 		ps := med(name, func(r procRun) float64 { return r.perSec })
 		t.Row(name, ps, Ratio(ps, best), med(name, q(0.5)), med(name, q(0.99)), med(name, q(1)),
 			fmt.Sprintf("%.1f %%", 100*med(name, spread)),
 			med(name, func(r procRun) float64 { return r.calls }),
+			med(name, func(r procRun) float64 { return r.scriptUS }),
 			med(name, func(r procRun) float64 { return r.cpuUS }),
 			med(name, func(r procRun) float64 { return r.failed }),
 			med(name, hq(0.5)), med(name, hq(0.99)))

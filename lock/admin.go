@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/redisfn"
 )
 
 // Info is the state of one lock, as Inspect reads it.
@@ -36,19 +36,24 @@ type Info struct {
 	// "" if none. WaiterMetas is each queued waiter's, in Waiters' order.
 	Meta        string
 	WaiterMetas []string
+	// Scripts is how the Client runs its Lua: "functions" (FCALL of the
+	// coordkit_v<N> Redis Functions library, loaded on first use) or
+	// "evalsha" (Redis < 7, FUNCTION refused by an ACL, or
+	// COORDKIT_REDIS_FUNCTIONS=off; see the package documentation).
+	Scripts string
 }
 
 // grantField is the hash field under which a release records the waiter it
-// granted the lock to (GRANT in internal/hashlock/lua/fence.lua). Owners
+// granted the lock to (GRANT in internal/redisfn/lua/lock/fields.lua). Owners
 // may not start with a NUL byte, so it is never an owner.
 const grantField = "\x00grant"
 
 // tokenField is the hash field that holds the fencing token of the current
-// hold (TOKEN in internal/hashlock/lua/fence.lua).
+// hold (TOKEN in internal/redisfn/lua/lock/fields.lua).
 const tokenField = "\x00t"
 
 // metaField is the hash field that holds the hold's metadata (META in
-// internal/hashlock/lua/fence.lua).
+// internal/redisfn/lua/lock/fields.lua).
 const metaField = "\x00m"
 
 // Held reports whether some owner holds the lock.
@@ -60,11 +65,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if _, err := c.resolve(key, nil); err != nil {
 		return Info{}, err
 	}
-	res, err := hashlock.InspectScript.Run(ctx, c.rdb, c.keys(key)).Slice()
+	res, err := c.run.Run(ctx, c.rdb, redisfn.Inspect, c.keys(key)).Slice()
 	if err != nil {
 		return Info{}, fmt.Errorf("lock: inspect %q: %w", key, err)
 	}
-	info := Info{Key: key, Owners: map[string]int64{}}
+	info := Info{Key: key, Owners: map[string]int64{}, Scripts: c.run.Mode().String()}
 	if len(res) != 6 {
 		return info, fmt.Errorf("lock: inspect %q: unexpected reply %v", key, res)
 	}
@@ -151,7 +156,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	k := c.keys(key)
-	n, err := hashlock.ForceReleaseScript.Run(ctx, c.rdb, []string{k[0], k[2], k[3], k[1], k[4], k[0] + ":r:" + c.nextID()},
+	n, err := c.run.Run(ctx, c.rdb, redisfn.ForceRelease, []string{k[0], k[2], k[3], k[1], k[4], k[0] + ":r:" + c.nextID()},
 		c.chanPrefix, c.argWindow).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: force-release %q: %w", key, err)

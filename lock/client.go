@@ -18,6 +18,7 @@ import (
 	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -34,6 +35,7 @@ type Client struct {
 	ver        redisver.Gate // the server's version, checked at the first obtain
 	rdb        redis.UniversalClient
 	pipe       *pipe.Pipeliner // acquire and release, pipelined under load
+	run        *redisfn.Runner // FCALL or EVALSHA, chosen at the first call
 	o          clientOptions
 	obs        observe.Lock // logger and metrics hooks
 	err        error        // invalid construction, returned by every call
@@ -112,6 +114,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 	c := &Client{
 		rdb:     rdb,
 		pipe:    pipe.New(rdb, 0),
+		run:     redisfn.NewRunner(rdb, o.logger),
 		o:       o,
 		id:      strings.ReplaceAll(uuid.NewString(), "-", ""),
 		quit:    make(chan struct{}),
@@ -461,7 +464,7 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 		args = append(args, argEmpty, c.argMeta) // ARGV[9] (no token floor), ARGV[10]
 	}
 	if c.o.replicas == 0 {
-		res, err = hashlock.AcquireScript.Run(ctx, c.pipe, keys, args...).Slice()
+		res, err = c.run.Run(ctx, c.pipe, redisfn.Acquire, keys, args...).Slice()
 	} else {
 		res, acks, err = c.acquireAndWait(ctx, keys, args)
 	}
@@ -500,13 +503,26 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: WithWaitReplicas needs a client with pipelines, not %T", ErrInvalid, conn)
 	}
+	c.run.Prepare(ctx)
 	for range 2 {
 		pipe := pl.Pipeline()
-		ev := hashlock.AcquireScript.EvalSha(ctx, pipe, keys, args...)
+		fcall := c.run.Mode() == redisfn.Functions
+		var ev *redis.Cmd
+		if fcall {
+			ev = pipe.FCall(ctx, redisfn.Acquire.Name(), keys, args...)
+		} else {
+			ev = pipe.EvalSha(ctx, redisfn.Acquire.Hash(), keys, args...)
+		}
 		wait := pipe.Do(ctx, "WAIT", c.o.replicas, c.o.replicaWait.Milliseconds())
 		_, _ = pipe.Exec(ctx)
-		if err := ev.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if err := hashlock.AcquireScript.Load(ctx, conn).Err(); err != nil {
+		if err := ev.Err(); err != nil && !fcall && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err := redisfn.Acquire.Eval().Load(ctx, conn).Err(); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		if err := ev.Err(); err != nil && fcall && redisfn.Missing(err) {
+			if err := c.run.Reload(ctx); err != nil {
 				return nil, 0, err
 			}
 			continue
@@ -528,7 +544,7 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 func (c *Client) undo(ctx context.Context, key string, keys []string, owner, id string, ttl int64, acks int) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
-	err := hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1], keys[4]},
+	err := c.run.Run(rctx, c.rdb, redisfn.Release, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1], keys[4]},
 		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix, id).Err()
 	e := fmt.Errorf("%w: %d of %d for %q", ErrTooFewReplicas, acks, c.o.replicas, key)
 	if err != nil {
@@ -544,7 +560,7 @@ func (c *Client) forget(ctx context.Context, keys []string, owner, id string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	// A failure leaves the level to expire with the hold.
-	_ = hashlock.ReleaseScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1], keys[4]},
+	_ = c.run.Run(rctx, c.rdb, redisfn.Release, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1], keys[4]},
 		owner, c.o.ttl.Milliseconds(), c.argWindow, c.chanPrefix, id).Err()
 }
 
@@ -566,7 +582,7 @@ func (c *Client) leave(ctx context.Context, keys []string, waiter string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	// A failure leaves the entry to be skipped after the waiter timeout.
-	_ = hashlock.LeaveScript.Run(rctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[1], keys[4]}, waiter, c.chanPrefix).Err()
+	_ = c.run.Run(rctx, c.rdb, redisfn.Leave, []string{keys[0], keys[2], keys[3], keys[1], keys[4]}, waiter, c.chanPrefix).Err()
 }
 
 func (c *Client) nextID() string {

@@ -113,14 +113,28 @@
 //
 // # Algorithm
 //
-// Acquire, release and renew are one Lua script and one round trip each
-// (EVALSHA; EVAL once after NOSCRIPT); the scripts are in
-// internal/hashlock/lua, one file each (Simple's in lua/), and package
-// redlock runs the same ones on each of its masters.
+// Acquire, release and renew are one Lua script and one round trip each;
+// the scripts are in internal/redisfn/lua/lock, one file each (Simple's and
+// RW's too), and package redlock runs the same ones on each of its
+// masters. On Redis 7 and later they are the functions of one Redis
+// Functions library, "coordkit_v<N>" (N its version, in every function's
+// name: "ck<N>_acquire"), which a Client loads at its first call on every
+// node that serves keys (every master of a Cluster) and calls with FCALL:
+// its helpers are defined once, at load, not on every call. After a
+// failover to a node without it, a FUNCTION FLUSH or a restart without
+// data, the next call is answered "Function not found" (it ran nothing),
+// and the Client loads the library again and sends the call once more.
+// Where FUNCTION is missing (Redis < 7) or refused (an ACL, a managed
+// service), where a library of that name holds other code (another build
+// of the same version), or with the environment variable
+// COORDKIT_REDIS_FUNCTIONS=off, the Client runs the same code by EVALSHA
+// (EVAL once after NOSCRIPT): each script is its helpers followed by its
+// body. It chooses once, at its first call; Info.Scripts (Inspect) says
+// which. Both ways hold the same keys and give the same answers.
 // A Client pipelines its acquisitions and releases under load: while four
 // are in flight, further ones queue and leave together in one pipeline (one
 // write and one read for the batch). An idle client sends each call at
-// once, as a plain EVALSHA.
+// once.
 //
 // Acquire (acquire.lua): if the hash holds the caller's owner, increment its
 // count, record the level and re-arm the TTL (re-entry: the token is the

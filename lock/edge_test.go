@@ -84,13 +84,13 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	if err := rdb.HSet(ctx, k.Lock, "owner-b", 1).Err(); err != nil { // held by another
 		t.Fatal(err)
 	}
-	if res, err := acquire.Run(ctx, rdb, keys, args...).Slice(); err != nil || res[0].(int64) != 0 {
+	if res, err := acquire.Eval().Run(ctx, rdb, keys, args...).Slice(); err != nil || res[0].(int64) != 0 {
 		t.Fatalf("first run: %v %v, want not held (queued)", res, err)
 	}
 	if err := rdb.Del(ctx, k.Lock).Err(); err != nil { // the other hold expires
 		t.Fatal(err)
 	}
-	if res, err := acquire.Run(ctx, rdb, keys, args...).Slice(); err != nil || res[0].(int64) != 1 {
+	if res, err := acquire.Eval().Run(ctx, rdb, keys, args...).Slice(); err != nil || res[0].(int64) != 1 {
 		t.Fatalf("resent run: %v %v, want held", res, err)
 	}
 	c := newClient(t, nil)
@@ -101,7 +101,7 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	if len(info.Waiters) != 0 {
 		t.Fatalf("queue %v after the call holds the lock, want empty", info.Waiters)
 	}
-	left, err := node.Release(ctx, rdb, key, hashlock.NodeRelease{Owner: "owner-a", TTL: 5 * time.Second, Request: "r1", Level: id})
+	left, err := node.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "owner-a", TTL: 5 * time.Second, Request: "r1", Level: id})
 	if err != nil || left != 0 {
 		t.Fatalf("Release: %d %v", left, err)
 	}
@@ -132,7 +132,7 @@ func TestFailedQueueingLeaves(t *testing.T) {
 
 	key := uniqueKey(t)
 	h := mustObtain(t, ctx, holder, key)
-	r.Arm(lock.Scripts()["acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["acquire.lua"].Carried())
 	if _, err := c.Obtain(ctx, key); err == nil {
 		t.Fatal("Obtain succeeded although its only attempt's answer was lost")
 	}
@@ -171,7 +171,7 @@ func TestReentryLeavesQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a:1", "b:1"} { // both calls of owner O queue (fair mode)
-		if res, err := acquire.Run(ctx, rdb, keys, args("owner-o", id)...).Slice(); err != nil || res[0].(int64) != 0 {
+		if res, err := acquire.Eval().Run(ctx, rdb, keys, args("owner-o", id)...).Slice(); err != nil || res[0].(int64) != 0 {
 			t.Fatalf("queueing %s: %v %v", id, res, err)
 		}
 	}
@@ -179,7 +179,7 @@ func TestReentryLeavesQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a:1", "b:1"} { // a takes it, b re-enters
-		if res, err := acquire.Run(ctx, rdb, keys, args("owner-o", id)...).Slice(); err != nil || res[0].(int64) != 1 {
+		if res, err := acquire.Eval().Run(ctx, rdb, keys, args("owner-o", id)...).Slice(); err != nil || res[0].(int64) != 1 {
 			t.Fatalf("acquiring %s: %v %v", id, res, err)
 		}
 	}
@@ -200,7 +200,7 @@ func TestLostReplyForgotten(t *testing.T) {
 	c := lock.New(rdb)
 	t.Cleanup(func() { c.Close() })
 	key := uniqueKey(t)
-	r.Arm(lock.Scripts()["acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["acquire.lua"].Carried())
 	if _, err := c.TryObtain(ctx, key); err == nil {
 		t.Fatal("TryObtain succeeded although its answer was lost")
 	}
@@ -229,7 +229,7 @@ func TestForceReleaseResent(t *testing.T) {
 		got <- l
 	}()
 	waitQueued(t, holder, key, 1)
-	r.Arm(lock.Scripts()["force_release.lua"].Hash())
+	r.Arm(lock.Scripts()["force_release.lua"].Carried())
 	if held, err := admin.ForceRelease(ctx, key); err != nil || !held {
 		t.Fatalf("ForceRelease: %v %v", held, err)
 	}
@@ -281,7 +281,7 @@ func TestHandoffLostReplyLinerGone(t *testing.T) {
 		done <- err
 	}()
 	waitInLine(t, c, key, 1) // its ctx ends while the hand-off is under way
-	r.Arm(lock.Scripts()["handoff.lua"].Hash())
+	r.Arm(lock.Scripts()["handoff.lua"].Carried())
 	if err := first.Release(ctx); err == nil {
 		t.Fatal("Release succeeded although the hand-off's answer was lost")
 	}

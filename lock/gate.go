@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/redisfn"
 )
 
 // Local lines (non-fair mode): the goroutines of one Client that wait for
@@ -219,7 +219,7 @@ func (l *lease) handoff(ctx context.Context) (done bool, err error) {
 	keys := c.keys(l.key)
 	t := ln.take
 	sent := c.o.now()
-	res, err := hashlock.HandoffScript.Run(ctx, c.pipe, []string{keys[0], keys[1], keys[2], keys[3], keys[4], l.keys[3]},
+	res, err := c.run.Run(ctx, c.pipe, redisfn.Handoff, []string{keys[0], keys[1], keys[2], keys[3], keys[4], l.keys[3]},
 		l.owner, t.owner, t.o.TTL.Milliseconds(), c.argChan, l.id, t.id, "", c.argWindow, c.o.meta).Int64Slice()
 	switch {
 	case err != nil:

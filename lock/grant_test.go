@@ -14,7 +14,7 @@ import (
 	"github.com/coordkit/coordkit/lock"
 )
 
-// Grants (internal/hashlock/lua/queue.lua): the outermost release gives the lock to the first
+// Grants (internal/redisfn/lua/lock/queue.lua): the outermost release gives the lock to the first
 // live queued waiter of a Client, which takes it from the Pub/Sub message,
 // or from its next attempt if the message is lost, or gives it back when
 // it leaves.

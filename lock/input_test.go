@@ -149,7 +149,7 @@ func TestScriptsLoad(t *testing.T) {
 	rdb := shared.Client(t)
 	for name, s := range lock.Scripts() {
 		t.Run(name, func(t *testing.T) {
-			sha, err := s.Load(ctx, rdb).Result()
+			sha, err := s.Eval().Load(ctx, rdb).Result()
 			if err != nil {
 				t.Fatalf("SCRIPT LOAD: %v", err)
 			}
@@ -162,7 +162,9 @@ func TestScriptsLoad(t *testing.T) {
 			}
 		})
 	}
-	// After SCRIPT FLUSH, EVALSHA fails with NOSCRIPT and Run falls back to EVAL.
+	// After SCRIPT FLUSH, EVALSHA fails with NOSCRIPT and Run falls back
+	// to EVAL; after FUNCTION FLUSH, FCALL fails with "Function not found"
+	// and the Client loads the library again (TestFunctionFlushReloads).
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +179,19 @@ func TestScriptsLoad(t *testing.T) {
 // error, as if the reply had been lost after Redis ran it.
 type lossyRelease struct {
 	redis.UniversalClient
-	sha  string
-	lose bool
+	sha, fn string // the release's SHA1 and function name
+	lose    bool
+}
+
+func (r *lossyRelease) FCall(ctx context.Context, fn string, keys []string, args ...any) *redis.Cmd {
+	cmd := r.UniversalClient.FCall(ctx, fn, keys, args...)
+	if fn == r.fn && r.lose && cmd.Err() == nil {
+		r.lose = false
+		bad := redis.NewCmd(ctx)
+		bad.SetErr(errors.New("read tcp: i/o timeout"))
+		return bad
+	}
+	return cmd
 }
 
 func (r *lossyRelease) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
@@ -194,14 +207,15 @@ func (r *lossyRelease) EvalSha(ctx context.Context, sha string, keys []string, a
 
 func TestReleaseRetryDropsOneLevel(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	lossy := &lossyRelease{UniversalClient: shared.Client(t), sha: lock.Scripts()["release.lua"].Hash()}
+	release := lock.Scripts()["release.lua"]
+	lossy := &lossyRelease{UniversalClient: shared.Client(t), sha: release.Hash(), fn: release.Name()}
 	c := lock.New(lossy)
 	t.Cleanup(func() { c.Close() })
 	key := uniqueKey(t)
 	ctx = lock.WithOwner(ctx, lock.NewOwner())
 	outer := mustObtain(t, ctx, c, key)
 	inner := mustObtain(t, ctx, c, key)
-	lock.Scripts()["release.lua"].Load(ctx, shared.Client(t)) // EVALSHA reaches Redis
+	release.Preload(ctx, shared.Client(t)) // EVALSHA reaches Redis
 	lossy.lose = true
 	if err := inner.Release(ctx); err == nil {
 		t.Fatal("the lost reply did not fail the release")

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/watchdog"
 )
 
@@ -151,7 +151,7 @@ func (c *Client) startWatchdog(h *hold, o obtainOptions, at time.Time, first tim
 			keys := []string{c.o.prefix + "{" + key + "}"}
 			// The hold's TTL now (raised by re-entries), read after the
 			// watchdog read its own (watchdog.Raise).
-			n, err := hashlock.RenewScript.Run(ctx, c.rdb, keys, owner, h.ttl.Load(), strconv.FormatInt(token, 10)).Int64()
+			n, err := c.run.Run(ctx, c.rdb, redisfn.Renew, keys, owner, h.ttl.Load(), strconv.FormatInt(token, 10)).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: renew %q: %w", key, err)
@@ -250,7 +250,7 @@ func (l *lease) release(ctx context.Context) error {
 		}
 		return err
 	}
-	left, err := hashlock.ReleaseScript.Run(ctx, c.pipe, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id).Int64()
+	left, err := c.run.Run(ctx, c.pipe, redisfn.Release, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id).Int64()
 	if err != nil {
 		l.abandon()
 		return unanswered(l.h.wd, expired, l.key, fmt.Errorf("lock: release %q: %w", l.key, err))

@@ -25,7 +25,7 @@ func lossyRedis(t *testing.T, opts *redis.Options) (redis.UniversalClient, *test
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
 	for _, s := range lock.Scripts() {
-		if err := s.Load(context.Background(), rdb).Err(); err != nil {
+		if err := s.Preload(context.Background(), rdb); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestLostReplyFreshAcquisition(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	c, r := lossyClient(t)
 	key := uniqueKey(t)
-	r.Arm(lock.Scripts()["acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["acquire.lua"].Carried())
 	l := mustObtain(t, ctx, c, key)
 	wantLost(t, r)
 	owner := l.(interface{ Owner() string }).Owner()
@@ -87,7 +87,7 @@ func TestLostReplyReentry(t *testing.T) {
 	c, r := lossyClient(t)
 	key := uniqueKey(t)
 	outer := mustObtain(t, ctx, c, key)
-	r.Arm(lock.Scripts()["acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["acquire.lua"].Carried())
 	inner := mustObtain(t, ctx, c, key)
 	wantLost(t, r)
 	if inner.Token() != outer.Token() {
@@ -113,7 +113,7 @@ func TestLostReplyRelease(t *testing.T) {
 	c, r := lossyClient(t)
 	key := uniqueKey(t)
 	l := mustObtain(t, ctx, c, key)
-	r.Arm(lock.Scripts()["release.lua"].Hash())
+	r.Arm(lock.Scripts()["release.lua"].Carried())
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release whose reply was lost and resent: %v, want nil (it released the lock)", err)
 	}
@@ -140,7 +140,7 @@ func TestLostReplyHandoff(t *testing.T) {
 		next <- l
 	}()
 	waitInLine(t, c, key, 1) // the second goroutine lines up behind the first
-	r.Arm(lock.Scripts()["handoff.lua"].Hash())
+	r.Arm(lock.Scripts()["handoff.lua"].Carried())
 	if err := first.Release(ctx); err != nil {
 		t.Fatalf("Release that handed over, whose reply was lost and resent: %v, want nil", err)
 	}
@@ -173,7 +173,7 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 	// A 1 s TTL: with 300 ms, a renewal starved past the lease's end on a
 	// loaded host (load 23 on 2 cores) lost the lease for that reason.
 	l := mustObtain(t, ctx, c, key, lock.WithTTL(time.Second))
-	r.Arm(lock.Scripts()["renew.lua"].Hash())
+	r.Arm(lock.Scripts()["renew.lua"].Carried())
 	time.Sleep(1200 * time.Millisecond) // past a renewal, and past the TTL
 	wantLost(t, r)
 	select {
@@ -183,7 +183,7 @@ func TestLostReplyRenewAndLeave(t *testing.T) {
 	}
 	waiter, r2 := lossyClient(t) // another client: its waiter queues in Redis
 	wctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
-	r2.Arm(lock.Scripts()["leave.lua"].Hash())
+	r2.Arm(lock.Scripts()["leave.lua"].Carried())
 	if _, err := waiter.Obtain(wctx, key); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("Obtain of a held lock: %v", err)
 	}
@@ -211,13 +211,13 @@ func TestLostReplySimple(t *testing.T) {
 	s := lock.NewSimple(rdb, lock.WithDefaultTTL(20*time.Second))
 	t.Cleanup(func() { s.Close() })
 	key := uniqueKey(t)
-	r.Arm(lock.Scripts()["simple_obtain.lua"].Hash())
+	r.Arm(lock.Scripts()["simple_obtain.lua"].Carried())
 	l, err := s.Obtain(ctx, key)
 	if err != nil {
 		t.Fatalf("Obtain whose reply was lost and resent: %v", err)
 	}
 	wantLost(t, r)
-	r.Arm(lock.Scripts()["simple_release.lua"].Hash())
+	r.Arm(lock.Scripts()["simple_release.lua"].Carried())
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release whose reply was lost and resent: %v, want nil", err)
 	}
@@ -251,7 +251,7 @@ func TestHandoffErrorReleaseAgain(t *testing.T) {
 		next <- l
 	}()
 	waitInLine(t, c, key, 1)
-	r.Arm(lock.Scripts()["handoff.lua"].Hash())
+	r.Arm(lock.Scripts()["handoff.lua"].Carried())
 	if err := first.Release(ctx); err == nil {
 		t.Fatal("Release succeeded although the hand-off's answer was lost")
 	}

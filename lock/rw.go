@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -48,7 +49,7 @@ type RWLocker interface {
 //	P rw:{key}:x:<id> string  a release's answer, kept for the release window
 //	P rw:{key}:ch     channel a message when the lock becomes free for others
 //
-// Acquire, release and renew are one Lua script each (lua/rw_*.lua). Policy:
+// Acquire, release and renew are one Lua script each (internal/redisfn/lua/lock/rw_*.lua). Policy:
 // writer preference — a reader that holds nothing does not enter while a
 // writer waits, so a stream of readers cannot starve a writer (writers
 // among themselves are not ordered). The owner (from ctx, as for Client)
@@ -90,6 +91,7 @@ type RWLocker interface {
 type RW struct {
 	ver redisver.Gate // the server's version, checked at the first obtain
 	rdb redis.UniversalClient
+	run *redisfn.Runner // FCALL or EVALSHA, chosen at the first call
 	o   clientOptions
 	obs observe.Lock
 	err error
@@ -119,7 +121,7 @@ func NewRW(rdb redis.UniversalClient, opts ...ClientOption) *RW {
 			opt(&o)
 		}
 	}
-	rw := &RW{rdb: rdb, o: o, id: NewOwner(), waiters: map[string]map[chan struct{}]struct{}{},
+	rw := &RW{rdb: rdb, run: redisfn.NewRunner(rdb, o.logger), o: o, id: NewOwner(), waiters: map[string]map[chan struct{}]struct{}{},
 		leases: map[*rwLease]struct{}{}, writes: map[holdKey]map[*rwLease]struct{}{}, quit: make(chan struct{})}
 	rw.obs = observe.NewLock("coordkit/lock.RW", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	rw.err = checkClient(rdb, &o)
@@ -206,7 +208,7 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 	late := 0 // answers in this call that came after the TTL (Client.obtainHeld)
 	for attempt := 1; ; attempt++ {
 		sent := rw.o.now()
-		res, err := rwAcquireScript.Run(ctx, rw.rdb, keys[:4], mode, owner, o.TTL.Milliseconds(), waiter,
+		res, err := rw.run.Run(ctx, rw.rdb, redisfn.RWAcquire, keys[:4], mode, owner, o.TTL.Milliseconds(), waiter,
 			rw.o.waiterTimeout.Milliseconds(), level).Int64Slice()
 		if err != nil {
 			if strings.Contains(err.Error(), "RW_UPGRADE") {
@@ -375,7 +377,7 @@ func (rw *RW) newLease(mode, key string, keys []string, owner, level string, tok
 		Now:         rw.o.now,
 		Observer:    rwEvents{l},
 		Renew: func(ctx context.Context) error {
-			n, err := rwRenewScript.Run(ctx, rw.rdb, keys[:2], mode, owner, ttl, level).Int64()
+			n, err := rw.run.Run(ctx, rw.rdb, redisfn.RWRenew, keys[:2], mode, owner, ttl, level).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: rw renew %q: %w", key, err)
@@ -494,7 +496,7 @@ func (l *rwLease) release(ctx context.Context) error {
 	if rw.o.metrics != nil && (!l.late || l.confirmed.Load()) { // a discarded lease was nobody's
 		rw.obs.Held(l.key, rw.o.now().Sub(l.since))
 	}
-	n, err := rwReleaseScript.Run(ctx, rw.rdb, []string{l.keys[0], l.keys[1], l.keys[0] + ":x:" + l.level},
+	n, err := rw.run.Run(ctx, rw.rdb, redisfn.RWRelease, []string{l.keys[0], l.keys[1], l.keys[0] + ":x:" + l.level},
 		l.mode, l.owner, l.keys[4], l.level, rw.o.releaseWindow.Milliseconds()).Int64()
 	if err != nil {
 		return unanswered(l.wd, expired, l.key, fmt.Errorf("lock: rw release %q: %w (the hold expires after its TTL)", l.key, err))

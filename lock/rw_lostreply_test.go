@@ -82,7 +82,7 @@ func TestRWLostReplyReadRelease(t *testing.T) {
 	key := uniqueKey(t)
 	outer := mustObtain(t, ctx, rw.Read(), key)
 	inner := mustObtain(t, ctx, rw.Read(), key)
-	r.Arm(lock.Scripts()["rw_release.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_release.lua"].Carried())
 	if err := inner.Release(ctx); err != nil {
 		t.Fatalf("inner Release whose reply was lost and resent: %v, want nil", err)
 	}
@@ -104,7 +104,7 @@ func TestRWLostReplyWriteRelease(t *testing.T) {
 	key := uniqueKey(t)
 	outer := mustObtain(t, ctx, rw.Write(), key)
 	inner := mustObtain(t, ctx, rw.Write(), key)
-	r.Arm(lock.Scripts()["rw_release.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_release.lua"].Carried())
 	if err := inner.Release(ctx); err != nil {
 		t.Fatalf("inner Release whose reply was lost and resent: %v, want nil", err)
 	}
@@ -113,7 +113,7 @@ func TestRWLostReplyWriteRelease(t *testing.T) {
 		t.Fatalf("after the inner release: levels %v, want w = 1", got)
 	}
 	rwHeld(t, ctx, key, "after the inner release")
-	r.Arm(lock.Scripts()["rw_release.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_release.lua"].Carried())
 	if err := outer.Release(ctx); err != nil {
 		t.Fatalf("outer Release whose reply was lost and resent: %v, want nil (it freed the lock)", err)
 	}
@@ -128,7 +128,7 @@ func TestRWLostReplyWriteAcquire(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	rw, r := lossyRW(t)
 	key := uniqueKey(t)
-	r.Arm(lock.Scripts()["rw_acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_acquire.lua"].Carried())
 	w := mustObtain(t, ctx, rw.Write(), key)
 	wantLost(t, r)
 	if got := rwLevels(t, ctx, key); got["w"] != "1" {
@@ -147,11 +147,11 @@ func TestRWLostReplyReadAcquire(t *testing.T) {
 	owner, _ := lock.OwnerFrom(ctx)
 	rw, r := lossyRW(t)
 	key := uniqueKey(t)
-	r.Arm(lock.Scripts()["rw_acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_acquire.lua"].Carried())
 	outer := mustObtain(t, ctx, rw.Read(), key)
 	wantLost(t, r)
 	lost := r.Lost()
-	r.Arm(lock.Scripts()["rw_acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_acquire.lua"].Carried())
 	inner := mustObtain(t, ctx, rw.Read(), key)
 	if r.Lost() == lost {
 		t.Fatal("the re-entry's reply was not lost: the fault did not happen")
@@ -176,7 +176,7 @@ func TestRWLostReplyDowngrade(t *testing.T) {
 	rw, r := lossyRW(t)
 	key := uniqueKey(t)
 	w := mustObtain(t, ctx, rw.Write(), key)
-	r.Arm(lock.Scripts()["rw_acquire.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_acquire.lua"].Carried())
 	rd := mustObtain(t, ctx, rw.Read(), key)
 	wantLost(t, r)
 	if got := rwLevels(t, ctx, key); got["r:"+owner] != "1" || got["w"] != "1" {
@@ -192,7 +192,7 @@ func TestRWLostReplyDowngrade(t *testing.T) {
 	}
 	other.Release(ctx)
 	rwHeld(t, ctx, key, "after the write release of a downgraded hold")
-	r.Arm(lock.Scripts()["rw_release.lua"].Hash())
+	r.Arm(lock.Scripts()["rw_release.lua"].Carried())
 	if err := rd.Release(ctx); err != nil {
 		t.Fatalf("read Release whose reply was lost and resent: %v, want nil", err)
 	}
@@ -215,7 +215,7 @@ func TestRWLostReplyRenew(t *testing.T) {
 		// that reason alone, as TestLostReplyRenewAndLeave did.
 		l := mustObtain(t, ctx, side.l, key, lock.WithTTL(time.Second))
 		lost := r.Lost()
-		r.Arm(lock.Scripts()["rw_renew.lua"].Hash())
+		r.Arm(lock.Scripts()["rw_renew.lua"].Carried())
 		time.Sleep(1200 * time.Millisecond) // past a renewal, and past the TTL
 		if r.Lost() == lost {
 			t.Fatalf("%s: no renewal's reply was lost: the fault did not happen", side.name)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -31,6 +32,7 @@ var _ Locker = (*Simple)(nil)
 type Simple struct {
 	ver redisver.Gate // the server's version, checked at the first obtain
 	rdb redis.UniversalClient
+	run *redisfn.Runner // FCALL or EVALSHA, chosen at the first call
 	o   clientOptions
 	obs observe.Lock
 	err error
@@ -53,7 +55,7 @@ func NewSimple(rdb redis.UniversalClient, opts ...ClientOption) *Simple {
 			opt(&o)
 		}
 	}
-	s := &Simple{rdb: rdb, o: o, leases: map[*simpleLease]struct{}{}}
+	s := &Simple{rdb: rdb, run: redisfn.NewRunner(rdb, o.logger), o: o, leases: map[*simpleLease]struct{}{}}
 	s.obs = observe.NewLock("coordkit/lock.Simple", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	s.err = checkClient(rdb, &o)
 	if s.err == nil && o.meta != "" {
@@ -128,7 +130,7 @@ func (s *Simple) obtainLoop(ctx context.Context, key string, wait bool, o obtain
 			return nil, ErrClosed
 		}
 		sent := s.o.now()
-		res, err := simpleObtainScript.Run(ctx, s.rdb, keys, value, o.TTL.Milliseconds()).Int64Slice()
+		res, err := s.run.Run(ctx, s.rdb, redisfn.SimpleObtain, keys, value, o.TTL.Milliseconds()).Int64Slice()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, errors.Join(ErrNotObtained, ctx.Err())
@@ -194,7 +196,7 @@ func (s *Simple) newLease(key, rkey, value string, token int64, o obtainOptions,
 		LastRenewed: at,
 		Now:         s.o.now,
 		Renew: func(ctx context.Context) error {
-			n, err := simpleRenewScript.Run(ctx, s.rdb, []string{rkey}, value, ttl).Int64()
+			n, err := s.run.Run(ctx, s.rdb, redisfn.SimpleRenew, []string{rkey}, value, ttl).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("lock: simple renew %q: %w", key, err)
@@ -266,7 +268,7 @@ func (l *simpleLease) release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	expired := l.wd.Overdue()
-	n, err := simpleReleaseScript.Run(ctx, s.rdb, []string{l.rkey, l.rkey + ":r:" + l.value}, l.value, s.o.releaseWindow.Milliseconds()).Int64()
+	n, err := s.run.Run(ctx, s.rdb, redisfn.SimpleRelease, []string{l.rkey, l.rkey + ":r:" + l.value}, l.value, s.o.releaseWindow.Milliseconds()).Int64()
 	if err != nil {
 		return unanswered(l.wd, expired, l.key, fmt.Errorf("lock: simple release %q: %w", l.key, err))
 	}

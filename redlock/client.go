@@ -17,6 +17,7 @@ import (
 	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/pipe"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/lock"
 )
@@ -39,6 +40,7 @@ type Client struct {
 	versChecked atomic.Bool     // every master's version checked and passed
 	masters     []redis.UniversalClient
 	pipes       []*pipe.Pipeliner // per master: acquisitions and releases, pipelined under load
+	runs        []*redisfn.Runner // per master: FCALL or EVALSHA, chosen at its first call
 	addrs       []string
 	quorum      int
 	node        hashlock.Node
@@ -133,13 +135,16 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	subCtx, stop := context.WithCancel(context.Background())
 	pipes := make([]*pipe.Pipeliner, n)
+	runs := make([]*redisfn.Runner, n)
 	for i, m := range masters {
 		pipes[i] = pipe.New(m, o.inFlight)
+		runs[i] = redisfn.NewRunner(m, o.logger)
 	}
 	return &Client{
 		vers:    make([]redisver.Gate, len(masters)),
 		masters: slices.Clone(masters),
 		pipes:   pipes,
+		runs:    runs,
 		addrs:   addrs,
 		quorum:  n/2 + 1,
 		node:    node,
@@ -484,4 +489,15 @@ func nodeErr(err error, op string) error {
 
 func (c *Client) String() string {
 	return fmt.Sprintf("redlock.Client(%d masters, quorum %d)", len(c.masters), c.quorum)
+}
+
+// server is master i as hashlock.Node runs its scripts there: through its
+// pipeliner, FCALL or EVALSHA as its Runner chose.
+func (c *Client) server(i int) hashlock.Server {
+	return hashlock.Server{Run: c.runs[i], C: c.pipes[i]}
+}
+
+// async is server for the Node's methods that do not wait.
+func (c *Client) async(i int) hashlock.AsyncServer {
+	return hashlock.AsyncServer{Run: c.runs[i], C: c.pipes[i]}
 }

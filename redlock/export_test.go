@@ -1,10 +1,27 @@
 package redlock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
 
-// Scripts returns every Lua script the package runs on the masters, by file
-// name, for tests that load them or arm a lost reply on one.
-func Scripts() map[string]*redis.Script { return scripts() }
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/redisfn"
+)
+
+// Scripts returns the hash lock's scripts the package runs on the masters,
+// by file name, for tests that arm a lost reply on one.
+func Scripts() map[string]*redisfn.Script { return scripts() }
+
+// Preload loads every script the package runs (raise_fence.lua too) on
+// r's server, so that no load round trip follows on the wire.
+func Preload(ctx context.Context, r redis.Cmdable) error {
+	for _, s := range scripts() {
+		if err := s.Preload(ctx, r); err != nil {
+			return err
+		}
+	}
+	return raiseFenceScript.Load(ctx, r).Err()
+}
 
 // InLine returns how many goroutines of c wait in its local line for key
 // (behind the front): the tests wait for a liner instead of sleeping.

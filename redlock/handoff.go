@@ -67,7 +67,7 @@ func (c *Client) handOff(ctx context.Context, h *hold, lr *liner) error {
 			})
 		}
 	}, func(ctx context.Context, i int, done func(hashlock.NodeHandoffResult, error)) {
-		c.node.HandoffGo(ctx, c.pipes[i], key, req, done)
+		c.node.HandoffGo(ctx, c.async(i), key, req, done)
 	})
 	for _, r := range rs {
 		if r.done && r.err == nil && r.v.Outcome == hashlock.HandoffReentered {
@@ -154,14 +154,14 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[hashloc
 			var errOld error
 			if oldOwner(i) {
 				var left int64
-				left, errOld = c.node.Release(ctx, c.pipes[i], key, hashlock.NodeRelease{
+				left, errOld = c.node.Release(ctx, c.server(i), key, hashlock.NodeRelease{
 					Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow, Level: h.level,
 				})
 				held = errOld == nil && left >= 0
 			}
 			var errNew error
 			if newOwner(i) {
-				_, errNew = c.node.Release(ctx, c.pipes[i], key, hashlock.NodeRelease{
+				_, errNew = c.node.Release(ctx, c.server(i), key, hashlock.NodeRelease{
 					Owner: lr.owner, TTL: lr.ttl, Request: reqNew, Window: c.o.releaseWindow, Level: newLevel,
 				})
 			}
@@ -182,7 +182,7 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[hashloc
 func (c *Client) releaseOne(ctx context.Context, i int, key, owner, level string, ttl time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
 	defer cancel()
-	_, _ = c.node.Release(rctx, c.pipes[i], key, hashlock.NodeRelease{
+	_, _ = c.node.Release(rctx, c.server(i), key, hashlock.NodeRelease{
 		Owner: owner, TTL: ttl, Request: c.node.WaiterID(c.id, c.nextSeq()), Window: c.o.releaseWindow, Level: level,
 	})
 }

@@ -32,10 +32,8 @@ func TestHandOffLateAnswersRelease(t *testing.T) {
 	// only while it ran first in its process).
 	for _, s := range shared[:3] {
 		r := s.Client(t)
-		for _, sc := range redlock.Scripts() {
-			if err := sc.Load(ctx, r).Err(); err != nil {
-				t.Fatal(err)
-			}
+		if err := redlock.Preload(ctx, r); err != nil {
+			t.Fatal(err)
 		}
 	}
 	c, err := redlock.New(dial(t, addrs...), redlock.WithNodeTimeout(50*time.Millisecond))

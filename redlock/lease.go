@@ -219,10 +219,10 @@ func (c *Client) renew(ctx context.Context, key, owner, level string, ttl time.D
 			}
 		}
 		return ok >= c.quorum || notHeld > n-c.quorum
-	}, nil, blocking(c, func(_ context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
+	}, nil, blocking(c, func(_ context.Context, i int, _ redis.UniversalClient) (bool, error) {
 		cctx, cancel := context.WithTimeout(detached, c.o.slowTimeout())
 		defer cancel()
-		return c.node.Renew(cctx, rdb, key, owner, level, ttl)
+		return c.node.Renew(cctx, c.server(i), key, owner, level, ttl)
 	}))
 	ok, notHeld := 0, 0
 	var errs []error

@@ -141,10 +141,8 @@ func countedClient(t testing.TB, n int, evals *testserver.EvalCounter, opts ...r
 	ctx := context.Background()
 	rdbs := dial(t, addrsOf(shared[:n])...)
 	for _, r := range rdbs {
-		for _, s := range redlock.Scripts() {
-			if err := s.Load(ctx, r).Err(); err != nil {
-				t.Fatal(err)
-			}
+		if err := redlock.Preload(ctx, r); err != nil {
+			t.Fatal(err)
 		}
 		r.AddHook(evals)
 	}

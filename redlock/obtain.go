@@ -381,7 +381,7 @@ func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Durati
 		}
 		return got >= c.quorum
 	}, late, func(ctx context.Context, i int, done func(hashlock.NodeResult, error)) {
-		c.node.AcquireGo(ctx, c.pipes[i], key, req, done)
+		c.node.AcquireGo(ctx, c.async(i), key, req, done)
 	})
 	a := attempt{start: start, minWait: c.o.waiterTimeout, missed: make([]bool, len(rs)), level: req.Request}
 	defer func() { fate.set(c, !a.ok) }()
@@ -511,7 +511,7 @@ func (c *Client) releaseOn(ctx context.Context, key, owner, level string, ttl ti
 	req := c.node.WaiterID(c.id, c.nextSeq())
 	return fanOut(c, ctx, timeout, on, enough, nil,
 		func(ctx context.Context, i int, done func(int64, error)) {
-			c.node.ReleaseGo(ctx, c.pipes[i], key, hashlock.NodeRelease{
+			c.node.ReleaseGo(ctx, c.async(i), key, hashlock.NodeRelease{
 				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow, Level: level,
 			}, done)
 		})
@@ -532,8 +532,8 @@ func (c *Client) leaveOn(ctx context.Context, key, waiter string, on []bool) {
 	// A failure leaves the entry to be skipped after the waiter timeout.
 	fanOut(c, context.WithoutCancel(ctx), c.o.slowTimeout(), func(i int) bool { return on == nil || on[i] },
 		func([]reply[bool]) bool { return true }, nil,
-		blocking(c, func(ctx context.Context, _ int, rdb redis.UniversalClient) (bool, error) {
-			return c.node.Leave(ctx, rdb, key, waiter)
+		blocking(c, func(ctx context.Context, i int, _ redis.UniversalClient) (bool, error) {
+			return c.node.Leave(ctx, c.server(i), key, waiter)
 		}))
 }
 
@@ -541,7 +541,7 @@ func (c *Client) leaveOn(ctx context.Context, key, waiter string, on []bool) {
 func (c *Client) leaveOne(ctx context.Context, i int, key, waiter string) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
 	defer cancel()
-	_, _ = c.node.Leave(lctx, c.masters[i], key, waiter) // else skipped after the waiter timeout
+	_, _ = c.node.Leave(lctx, c.server(i), key, waiter) // else skipped after the waiter timeout
 }
 
 // subscribed reports whether the client's subscriptions were started.

@@ -110,10 +110,8 @@ func lossyMasters(t *testing.T) ([]redis.UniversalClient, []*testserver.ReplyLos
 		losers[i] = &testserver.ReplyLoser{}
 		r := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: losers[i].Dial, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { r.Close() })
-		for _, sc := range redlock.Scripts() {
-			if err := sc.Load(context.Background(), r).Err(); err != nil {
-				t.Fatal(err)
-			}
+		if err := redlock.Preload(context.Background(), r); err != nil {
+			t.Fatal(err)
 		}
 		rdbs[i] = r
 	}
@@ -166,7 +164,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	key := uniqueKey(t)
 
-	losers[0].Arm(redlock.Scripts()["acquire.lua"].Hash())
+	losers[0].Arm(redlock.Scripts()["acquire.lua"].Carried())
 	first := mustObtain(t, ctx, c, key)
 	waitLost(t, losers[0])
 	owner := first.(interface{ Owner() string }).Owner()
@@ -183,7 +181,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 		next <- l
 	}()
 	waitInLine(t, c, key, 1) // in line behind first
-	losers[1].Arm(redlock.Scripts()["handoff.lua"].Hash())
+	losers[1].Arm(redlock.Scripts()["handoff.lua"].Carried())
 	if err := first.Release(ctx); err != nil {
 		t.Fatalf("Release that handed over, its reply resent on master 1: %v", err)
 	}
@@ -196,7 +194,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 	if got := counts(t, key, owner2); !allEqual(got, "1") {
 		t.Fatalf("hold counts after a hand-off resent on master 1: %v, want 1 everywhere", got)
 	}
-	losers[2].Arm(redlock.Scripts()["release.lua"].Hash())
+	losers[2].Arm(redlock.Scripts()["release.lua"].Carried())
 	if err := second.Release(ctx); err != nil {
 		t.Fatalf("Release resent on master 2: %v", err)
 	}

@@ -6,11 +6,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/redisfn"
 )
 
 // The Lua script of this package; the hash lock's own scripts, which it
-// runs on every master, are package lock's (in internal/hashlock/lua). It
-// runs with Script.Run: EVALSHA, and EVAL once after NOSCRIPT.
+// runs on every master, are the library's (internal/redisfn). It runs with
+// Script.Run: EVALSHA, and EVAL once after NOSCRIPT.
 var (
 	//go:embed lua/raise_fence.lua
 	raiseFenceLua string
@@ -18,16 +19,13 @@ var (
 	raiseFenceScript = redis.NewScript(raiseFenceLua)
 )
 
-// scripts returns every Lua script this package runs on the masters, by
-// file name (acquire.lua, release.lua, handoff.lua, renew.lua, leave.lua,
-// which package lock's Client runs too, and raise_fence.lua).
-func scripts() map[string]*redis.Script {
-	return map[string]*redis.Script{
-		"acquire.lua":     hashlock.AcquireScript,
-		"release.lua":     hashlock.ReleaseScript,
-		"handoff.lua":     hashlock.HandoffScript,
-		"renew.lua":       hashlock.RenewScript,
-		"leave.lua":       hashlock.LeaveScript,
-		"raise_fence.lua": raiseFenceScript,
-	}
+// scripts returns the hash lock's scripts this package runs on the
+// masters, by file name (acquire.lua, release.lua, handoff.lua, renew.lua,
+// leave.lua, which package lock's Client runs too: the library's, in
+// internal/redisfn); raise_fence.lua, run by EVALSHA, is raiseFenceScript.
+func scripts() map[string]*redisfn.Script {
+	all := hashlock.Scripts()
+	delete(all, "force_release.lua")
+	delete(all, "inspect.lua")
+	return all
 }

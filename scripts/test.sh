@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test's steps after deps: go vet and staticcheck over every module
 # (vet.sh), every package's tests with the race detector (the root module,
-# then cmd/coordctl, examples/ and the etcd backend (etcd/), modules of
+# its Redis lock family's packages a second time with their scripts run by
+# EVALSHA instead of FCALL, then cmd/coordctl, examples/ and the etcd backend (etcd/), modules of
 # their own, each adapter in contrib/, and the chaos checker's own), and the
 # chaos checker's short profile. Each step runs even when an earlier one
 # failed. While the tests run, gotestsum (pinned in tools.sh) prints a line
@@ -97,8 +98,17 @@ longest_first() {
 		sed 's|^github.com/coordkit/coordkit|.|'
 }
 
-# gojson DIR: the JSON file gotest writes for DIR.
-gojson() { echo "$out/$(echo "$1" | tr -c 'A-Za-z0-9\n' _).json"; }
+# gojson DIR: the JSON file gotest writes for DIR (and GOJSON_TAG, a
+# second run of its packages).
+gojson() { echo "$out/$(echo "$1${GOJSON_TAG:-}" | tr -c 'A-Za-z0-9\n' _).json"; }
+
+# evalsha: the Redis lock family's packages again, their scripts run by
+# EVALSHA (COORDKIT_REDIS_FUNCTIONS=off) where the first run used the Redis
+# Functions library (FCALL): both paths pass the same tests (issue 35).
+evalsha() {
+	COORDKIT_REDIS_FUNCTIONS=off GOJSON_TAG=-evalsha gotest . ./lock ./redlock ./semaphore \
+		./internal/hashlock ./internal/modeltest ./internal/redisfn
+}
 
 # progress TOTAL: numbers gotestsum's line for each package as it ends
 # (SKIP: a package without tests).
@@ -209,6 +219,7 @@ beside modules others
 beside chaos-short chaos_short
 # shellcheck disable=SC2086 # PKGS is a list
 step packages gotest . ${PKGS:-$(longest_first)}
+step evalsha evalsha
 collect vet
 collect modules
 for m in cmd/coordctl examples etcd contrib/*/ chaos; do

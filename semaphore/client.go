@@ -18,32 +18,10 @@ import (
 	"github.com/coordkit/coordkit/internal/lockopt"
 	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/observe"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/redisver"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
-)
-
-var (
-	//go:embed lua/acquire.lua
-	acquireLua string
-	//go:embed lua/release.lua
-	releaseLua string
-	//go:embed lua/renew.lua
-	renewLua string
-	//go:embed lua/leave.lua
-	leaveLua string
-	//go:embed lua/setlimit.lua
-	setLimitLua string
-	//go:embed lua/grant.lua
-	grantLua string
-
-	// release, leave and setlimit hand freed permits over with grant.lua's
-	// helpers, joined in front of each.
-	acquireScript  = redis.NewScript(acquireLua)
-	releaseScript  = redis.NewScript(grantLua + releaseLua)
-	renewScript    = redis.NewScript(renewLua)
-	leaveScript    = redis.NewScript(grantLua + leaveLua)
-	setLimitScript = redis.NewScript(grantLua + setLimitLua)
 )
 
 // Defaults of the options.
@@ -125,6 +103,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 type Client struct {
 	ver  redisver.Gate // the server's version, checked at the first acquisition
 	rdb  redis.UniversalClient
+	run  *redisfn.Runner // FCALL or EVALSHA, chosen at the first call
 	o    options
 	obs  observe.Lock
 	id   string // this client's id: its waiters are "<id>:<n>"
@@ -156,7 +135,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 			opt(&o)
 		}
 	}
-	c := &Client{rdb: rdb, o: o, id: strings.ReplaceAll(uuid.NewString(), "-", ""),
+	c := &Client{rdb: rdb, run: redisfn.NewRunner(rdb, o.logger), o: o, id: strings.ReplaceAll(uuid.NewString(), "-", ""),
 		quit: make(chan struct{}), waiters: map[string]chan int64{}, permits: map[*Permit]struct{}{}}
 	c.wake = o.prefix + "wake:" + c.id
 	c.obs = observe.NewLock("coordkit/semaphore", o.logger, o.metrics, o.metricsKey, ErrClosed)
@@ -295,7 +274,7 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 	late := 0 // answers in this call that came after the TTL
 	for {
 		sent := c.o.now()
-		res, err := acquireScript.Run(ctx, c.rdb, keys, id, ttl.Milliseconds(), c.o.permits, argWait,
+		res, err := c.run.Run(ctx, c.rdb, redisfn.SemAcquire, keys, id, ttl.Milliseconds(), c.o.permits, argWait,
 			c.o.waiterTimeout.Milliseconds(), argGrant).Int64Slice()
 		if err != nil {
 			// The attempt may have run (its reply lost for good) and queued
@@ -376,7 +355,7 @@ func (c *Client) leave(ctx context.Context, keys []string, id, grant string) {
 	if grant != "" {
 		entry = id + "|" + grant
 	}
-	if err := leaveScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4], keys[5], keys[1]},
+	if err := c.run.Run(ctx, c.rdb, redisfn.SemLeave, []string{keys[0], keys[2], keys[3], keys[4], keys[5], keys[1]},
 		id, c.o.permits, c.o.prefix+"wake:", entry).Err(); err != nil {
 		c.obs.Debug("semaphore: leave failed", "waiter", id, "err", err)
 	}
@@ -393,7 +372,7 @@ func (c *Client) SetPermits(ctx context.Context, name string, n int) error {
 		return fmt.Errorf("%w: semaphore: %d permits", lock.ErrInvalid, n)
 	}
 	keys := c.keys(name)
-	return setLimitScript.Run(ctx, c.rdb, []string{keys[0], keys[2], keys[3], keys[4], keys[5], keys[1]}, n, c.o.prefix+"wake:").Err()
+	return c.run.Run(ctx, c.rdb, redisfn.SemSetLimit, []string{keys[0], keys[2], keys[3], keys[4], keys[5], keys[1]}, n, c.o.prefix+"wake:").Err()
 }
 
 // Usage returns name's N (SetPermits', or this client's default) and the
@@ -536,9 +515,9 @@ func (c *Client) Close() error {
 }
 
 // scripts returns the package's Lua scripts by file name.
-func scripts() map[string]*redis.Script {
-	return map[string]*redis.Script{
-		"acquire.lua": acquireScript, "release.lua": releaseScript, "renew.lua": renewScript,
-		"leave.lua": leaveScript, "setlimit.lua": setLimitScript,
+func scripts() map[string]*redisfn.Script {
+	return map[string]*redisfn.Script{
+		"acquire.lua": redisfn.SemAcquire, "release.lua": redisfn.SemRelease, "renew.lua": redisfn.SemRenew,
+		"leave.lua": redisfn.SemLeave, "setlimit.lua": redisfn.SemSetLimit,
 	}
 }

@@ -73,7 +73,10 @@
 // # Algorithm
 //
 // Acquire, release, renew, leave and SetPermits are one Lua script and one
-// round trip each (lua/). Acquire drops the permits whose expiry has passed
+// round trip each (internal/redisfn/lua/semaphore): functions of the
+// coordkit_v<N> Redis Functions library on Redis 7 and later (FCALL),
+// else EVALSHA of the same code, as package lock's Client runs its own
+// (see its Algorithm). Acquire drops the permits whose expiry has passed
 // and the waiters whose deadline has, then takes a permit if fewer than N
 // are held and the caller is among the first F waiters (F free permits;
 // a caller not queued only when fewer than F wait): waiters are served in

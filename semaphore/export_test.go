@@ -1,10 +1,10 @@
 package semaphore
 
-import "github.com/redis/go-redis/v9"
+import "github.com/coordkit/coordkit/internal/redisfn"
 
 // Scripts returns the package's Lua scripts by file name, for tests that
 // run them directly or arm a lost reply on one.
-func Scripts() map[string]*redis.Script { return scripts() }
+func Scripts() map[string]*redisfn.Script { return scripts() }
 
 // SetZKHookBeforePermit sets the function a ZooKeeper acquisition calls
 // with the semaphore's name once it has decided, under the acquirers'

@@ -27,7 +27,7 @@ func semKeys(name string) []string {
 // the grant's expiry can give its permit back).
 func queueDead(t *testing.T, ctx context.Context, rdb redis.Scripter, name, id string, grant time.Duration) {
 	t.Helper()
-	res, err := semaphore.Scripts()["acquire.lua"].Run(ctx, rdb, semKeys(name), id, 30_000, 1, "1", 20_000,
+	res, err := semaphore.Scripts()["acquire.lua"].Eval().Run(ctx, rdb, semKeys(name), id, 30_000, 1, "1", 20_000,
 		grant.Milliseconds()).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestLeaveGivesGrantBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := semKeys(name)
-	err = semaphore.Scripts()["leave.lua"].Run(ctx, rdb, []string{k[0], k[2], k[3], k[4], k[5], k[1]},
+	err = semaphore.Scripts()["leave.lua"].Eval().Run(ctx, rdb, []string{k[0], k[2], k[3], k[4], k[5], k[1]},
 		"goneclient:1", 1, semaphore.DefaultPrefix+"wake:", "goneclient:1|10000").Err()
 	if err != nil {
 		t.Fatal(err)

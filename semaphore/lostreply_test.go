@@ -21,7 +21,7 @@ func lossyClient(t *testing.T, opts ...semaphore.Option) (*semaphore.Client, *te
 	r := &testserver.ReplyLoser{}
 	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial})
 	for _, s := range semaphore.Scripts() {
-		if err := s.Load(context.Background(), rdb).Err(); err != nil {
+		if err := s.Preload(context.Background(), rdb); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -37,7 +37,7 @@ func TestLostReplyAcquire(t *testing.T) {
 	ctx := ctxFor(t, 10*time.Second)
 	name := newName(t)
 	c, r := lossyClient(t)
-	r.Arm(semaphore.Scripts()["acquire.lua"].Hash())
+	r.Arm(semaphore.Scripts()["acquire.lua"].Carried())
 	p, err := c.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatalf("TryAcquire whose reply was lost and resent: %v", err)
@@ -67,7 +67,7 @@ func TestLostReplyRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Arm(semaphore.Scripts()["release.lua"].Hash())
+	r.Arm(semaphore.Scripts()["release.lua"].Carried())
 	if err := p.Release(ctx); err != nil {
 		t.Fatalf("Release whose reply was lost and resent: %v, want nil", err)
 	}
@@ -94,13 +94,13 @@ func TestLostReplyForGoodLeaves(t *testing.T) {
 	r := &testserver.ReplyLoser{}
 	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial, MaxRetries: -1})
 	for _, s := range semaphore.Scripts() {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
+		if err := s.Preload(ctx, rdb); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c := semaphore.New(rdb)
 	t.Cleanup(func() { c.Close(); rdb.Close() })
-	r.Arm(semaphore.Scripts()["acquire.lua"].Hash())
+	r.Arm(semaphore.Scripts()["acquire.lua"].Carried())
 	if _, err := c.Acquire(ctx, name); err == nil {
 		t.Fatal("Acquire succeeded although its reply was lost")
 	}
@@ -138,7 +138,7 @@ func TestLostReplyOtherScripts(t *testing.T) {
 	name := newName(t)
 	c, r := lossyClient(t)
 
-	r.Arm(semaphore.Scripts()["renew.lua"].Hash())
+	r.Arm(semaphore.Scripts()["renew.lua"].Carried())
 	// 2 s: renewals every 667 ms. A shorter TTL tests the host's load,
 	// not the resend: one renewal late by a TTL/3 on a loaded host loses
 	// the permit whatever its reply.
@@ -161,7 +161,7 @@ func TestLostReplyOtherScripts(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := c.Acquire(wctx, name); done <- err }()
 	waitFor(t, 5*time.Second, "queued waiter", func() bool { return rdb.LLen(ctx, queue).Val() == 1 })
-	r.Arm(semaphore.Scripts()["leave.lua"].Hash())
+	r.Arm(semaphore.Scripts()["leave.lua"].Carried())
 	lost := r.Lost()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -177,7 +177,7 @@ func TestLostReplyOtherScripts(t *testing.T) {
 		t.Fatalf("%d permits held after the release: the waiter that left was granted one", h)
 	}
 
-	r.Arm(semaphore.Scripts()["setlimit.lua"].Hash())
+	r.Arm(semaphore.Scripts()["setlimit.lua"].Carried())
 	lost = r.Lost()
 	if err := c.SetPermits(ctx, name, 3); err != nil {
 		t.Fatalf("SetPermits whose reply was lost and resent: %v", err)

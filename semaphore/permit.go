@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/lock"
 	"github.com/coordkit/coordkit/watchdog"
 )
@@ -53,7 +54,7 @@ func (c *Client) newPermit(name string, keys []string, id string, token int64, t
 		Now:         c.o.now,
 		Observer:    permitEvents{p},
 		Renew: func(ctx context.Context) error {
-			n, err := renewScript.Run(ctx, c.rdb, []string{keys[0], keys[5]}, id, ttl.Milliseconds()).Int64()
+			n, err := c.run.Run(ctx, c.rdb, redisfn.SemRenew, []string{keys[0], keys[5]}, id, ttl.Milliseconds()).Int64()
 			switch {
 			case err != nil:
 				return fmt.Errorf("semaphore: renew %q: %w", name, err)
@@ -177,7 +178,7 @@ func (p *Permit) release(ctx context.Context) error {
 		c.obs.Held(p.name, time.Since(p.since))
 	}
 	keys := []string{p.keys[0], p.keys[2], p.keys[3], p.keys[4], p.keys[5], p.keys[0] + ":r:" + p.id, p.keys[1]}
-	n, err := releaseScript.Run(ctx, c.rdb, keys, p.id, c.o.permits, c.o.prefix+"wake:", releaseWindow.Milliseconds()).Int64()
+	n, err := c.run.Run(ctx, c.rdb, redisfn.SemRelease, keys, p.id, c.o.permits, c.o.prefix+"wake:", releaseWindow.Milliseconds()).Int64()
 	if err != nil {
 		err = fmt.Errorf("semaphore: release %q: %w (the permit expires after its TTL)", p.name, err)
 		if expired {

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/testserver"
 )
 
@@ -40,7 +41,7 @@ func TestNodeLevelNeverShortensHold(t *testing.T) {
 		}
 		acquire := func(req string, ttl time.Duration) hashlock.NodeResult {
 			t.Helper()
-			r, err := n.Acquire(ctx, rdb, key, hashlock.NodeAcquire{Owner: "o", TTL: ttl, Request: req, Fair: fair})
+			r, err := n.Acquire(ctx, hashlock.NewServer(rdb), key, hashlock.NodeAcquire{Owner: "o", TTL: ttl, Request: req, Fair: fair})
 			if err != nil || !r.Held {
 				t.Fatalf("fair=%v: acquire %s: %+v, %v", fair, req, r, err)
 			}
@@ -51,21 +52,21 @@ func TestNodeLevelNeverShortensHold(t *testing.T) {
 		wantAtLeast("a re-entry with 200 ms", 5*time.Second)
 		acquire("c:2", 200*time.Millisecond) // the same call resent
 		wantAtLeast("the re-entry resent", 5*time.Second)
-		if ok, err := n.Renew(ctx, rdb, key, "o", "c:2", 200*time.Millisecond); err != nil || !ok {
+		if ok, err := n.Renew(ctx, hashlock.NewServer(rdb), key, "o", "c:2", 200*time.Millisecond); err != nil || !ok {
 			t.Fatalf("renew: %v, %v", ok, err)
 		}
 		wantAtLeast("a renewal with 200 ms", 5*time.Second)
-		if left, err := n.Release(ctx, rdb, key, hashlock.NodeRelease{Owner: "o", TTL: 200 * time.Millisecond, Request: "c:3", Level: "c:2"}); err != nil || left != 1 {
+		if left, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "o", TTL: 200 * time.Millisecond, Request: "c:3", Level: "c:2"}); err != nil || left != 1 {
 			t.Fatalf("release of the inner level: %d, %v", left, err)
 		}
 		wantAtLeast("the inner level's release", 5*time.Second)
 		acquire("c:4", 20*time.Second)
 		wantAtLeast("a re-entry with 20 s", 19*time.Second)
-		if ok, err := n.Renew(ctx, rdb, key, "o", "c:1", 6*time.Second); err != nil || !ok {
+		if ok, err := n.Renew(ctx, hashlock.NewServer(rdb), key, "o", "c:1", 6*time.Second); err != nil || !ok {
 			t.Fatalf("renew: %v, %v", ok, err)
 		}
 		wantAtLeast("a renewal with 6 s", 19*time.Second)
-		if ok, err := n.Renew(ctx, rdb, key, "o", "c:1", 40*time.Second); err != nil || !ok {
+		if ok, err := n.Renew(ctx, hashlock.NewServer(rdb), key, "o", "c:1", 40*time.Second); err != nil || !ok {
 			t.Fatalf("renew: %v, %v", ok, err)
 		}
 		wantAtLeast("a renewal with 40 s", 39*time.Second)
@@ -84,19 +85,19 @@ func TestNodeReleaseResent(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr(), Dialer: r.Dial}) // go-redis's default retries
 	defer rdb.Close()
 	for _, s := range hashlock.Scripts() {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
+		if err := s.Preload(ctx, rdb); err != nil {
 			t.Fatal(err)
 		}
 	}
 	n := hashlock.Node{}
 	for _, level := range []string{"c:1", ""} { // with the level named, and without
 		key := uniqueKey(t)
-		if _, err := n.Acquire(ctx, rdb, key, hashlock.NodeAcquire{Owner: "o", TTL: 10 * time.Second, Request: "c:1"}); err != nil {
+		if _, err := n.Acquire(ctx, hashlock.NewServer(rdb), key, hashlock.NodeAcquire{Owner: "o", TTL: 10 * time.Second, Request: "c:1"}); err != nil {
 			t.Fatal(err)
 		}
 		lost := r.Lost()
-		r.Arm(hashlock.ReleaseScript.Hash())
-		left, err := n.Release(ctx, rdb, key, hashlock.NodeRelease{Owner: "o", TTL: time.Second, Request: "c:2", Level: level})
+		r.Arm(redisfn.Release.Carried())
+		left, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "o", TTL: time.Second, Request: "c:2", Level: level})
 		if r.Lost() == lost {
 			t.Fatal("no reply was lost: the fault did not happen")
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/internal/redisfn"
 )
 
 // Node is the reentrant hash lock's protocol on one Redis server, without a
@@ -132,32 +134,47 @@ type NodeResult struct {
 	Wait time.Duration
 }
 
-// AsyncScripter runs a Lua script without waiting for it: fn gets the
-// answer, once, as Script.Run would have returned it, from any goroutine.
-// fn does not block. (Package redlock passes its per-master pipeliners.)
-type AsyncScripter interface {
-	Go(ctx context.Context, s *redis.Script, keys []string, args []any, fn func(*redis.Cmd))
+// Server is one Redis server (or Cluster) as a Node runs its scripts
+// there: the Runner that chose FCALL or EVALSHA for it, and what sends the
+// calls (its client, or a pipeliner of it).
+type Server struct {
+	Run *redisfn.Runner
+	C   redisfn.Caller
+}
+
+// NewServer returns the Server of rdb: its calls go straight to rdb, by
+// FCALL or EVALSHA as a new Runner of rdb chooses.
+func NewServer(rdb redis.UniversalClient) Server {
+	return Server{Run: redisfn.NewRunner(rdb, nil), C: rdb}
+}
+
+// AsyncServer is a Server whose calls can run without waiting: fn gets
+// the answer, once, from any goroutine, and does not block. (Package
+// redlock passes its per-master pipeliners.)
+type AsyncServer struct {
+	Run *redisfn.Runner
+	C   redisfn.AsyncCaller
 }
 
 // Acquire runs one acquisition (acquire.lua) of key on rdb, in one round
 // trip. It returns the Redis error, wrapped, if the script failed; a lock
 // held by another owner is a NodeResult without Held, not an error.
-func (n Node) Acquire(ctx context.Context, rdb redis.Scripter, key string, a NodeAcquire) (NodeResult, error) {
+func (n Node) Acquire(ctx context.Context, rdb Server, key string, a NodeAcquire) (NodeResult, error) {
 	keys, args, err := n.acquireArgs(key, a)
 	if err != nil {
 		return NodeResult{}, err
 	}
-	return parseAcquire(keys[0], AcquireScript.Run(ctx, rdb, keys, args...))
+	return parseAcquire(keys[0], rdb.Run.Run(ctx, rdb.C, redisfn.Acquire, keys, args...))
 }
 
 // AcquireGo is Acquire without waiting: fn gets its result.
-func (n Node) AcquireGo(ctx context.Context, rdb AsyncScripter, key string, a NodeAcquire, fn func(NodeResult, error)) {
+func (n Node) AcquireGo(ctx context.Context, rdb AsyncServer, key string, a NodeAcquire, fn func(NodeResult, error)) {
 	keys, args, err := n.acquireArgs(key, a)
 	if err != nil {
 		fn(NodeResult{}, err)
 		return
 	}
-	rdb.Go(ctx, AcquireScript, keys, args, func(cmd *redis.Cmd) { fn(parseAcquire(keys[0], cmd)) })
+	rdb.Run.Go(ctx, rdb.C, redisfn.Acquire, keys, args, func(cmd *redis.Cmd) { fn(parseAcquire(keys[0], cmd)) })
 }
 
 func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
@@ -222,15 +239,15 @@ type NodeRelease struct {
 // lock.Client's waiter is granted it, a Node waiter (WaiterID) is woken on
 // its client's wake-up channel. It returns the levels left (0: freed), or -1
 // if the owner did not hold the lock.
-func (n Node) Release(ctx context.Context, rdb redis.Scripter, key string, r NodeRelease) (int64, error) {
+func (n Node) Release(ctx context.Context, rdb Server, key string, r NodeRelease) (int64, error) {
 	keys, args := n.releaseArgs(key, r)
-	return parseRelease(keys[0], ReleaseScript.Run(ctx, rdb, keys, args...))
+	return parseRelease(keys[0], rdb.Run.Run(ctx, rdb.C, redisfn.Release, keys, args...))
 }
 
 // ReleaseGo is Release without waiting: fn gets its result.
-func (n Node) ReleaseGo(ctx context.Context, rdb AsyncScripter, key string, r NodeRelease, fn func(int64, error)) {
+func (n Node) ReleaseGo(ctx context.Context, rdb AsyncServer, key string, r NodeRelease, fn func(int64, error)) {
 	keys, args := n.releaseArgs(key, r)
-	rdb.Go(ctx, ReleaseScript, keys, args, func(cmd *redis.Cmd) { fn(parseRelease(keys[0], cmd)) })
+	rdb.Run.Go(ctx, rdb.C, redisfn.Release, keys, args, func(cmd *redis.Cmd) { fn(parseRelease(keys[0], cmd)) })
 }
 
 func (n Node) releaseArgs(key string, r NodeRelease) ([]string, []any) {
@@ -255,9 +272,9 @@ func parseRelease(lockKey string, cmd *redis.Cmd) (int64, error) {
 // Request of one of its acquisitions): a hold the owner took again after
 // losing the one level belongs to is not renewed. It reports whether the
 // hold was renewed.
-func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner, level string, ttl time.Duration) (bool, error) {
+func (n Node) Renew(ctx context.Context, rdb Server, key, owner, level string, ttl time.Duration) (bool, error) {
 	k := LockKeys(n.pfx(), key)
-	v, err := RenewScript.Run(ctx, rdb, k[:1], owner, max(ttl.Milliseconds(), 1), "", level).Int64()
+	v, err := rdb.Run.Run(ctx, rdb.C, redisfn.Renew, k[:1], owner, max(ttl.Milliseconds(), 1), "", level).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: renew %q: %w", k[0], err)
 	}
@@ -267,9 +284,9 @@ func (n Node) Renew(ctx context.Context, rdb redis.Scripter, key, owner, level s
 // Leave takes a waiter out of key's queue on rdb (leave.lua) and, if the
 // lock is free, passes it to the next live waiter as Release does. It reports whether
 // the waiter was queued.
-func (n Node) Leave(ctx context.Context, rdb redis.Scripter, key, waiter string) (bool, error) {
+func (n Node) Leave(ctx context.Context, rdb Server, key, waiter string) (bool, error) {
 	k := LockKeys(n.pfx(), key)
-	v, err := LeaveScript.Run(ctx, rdb, []string{k[0], k[2], k[3], k[1], k[4]}, waiter, n.wakePfx()).Int64()
+	v, err := rdb.Run.Run(ctx, rdb.C, redisfn.Leave, []string{k[0], k[2], k[3], k[1], k[4]}, waiter, n.wakePfx()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: leave %q: %w", k[0], err)
 	}
@@ -333,22 +350,22 @@ type NodeHandoffResult struct {
 // free in between, and no waiter is woken. When a live waiter is queued
 // for the key, the lock goes to that waiter instead (HandoffReleased), so
 // hand-offs between one caller's owners never starve the queue.
-func (n Node) Handoff(ctx context.Context, rdb redis.Scripter, key string, h NodeHandoff) (NodeHandoffResult, error) {
+func (n Node) Handoff(ctx context.Context, rdb Server, key string, h NodeHandoff) (NodeHandoffResult, error) {
 	keys, args, err := n.handoffArgs(key, h)
 	if err != nil {
 		return NodeHandoffResult{}, err
 	}
-	return parseHandoff(keys[0], HandoffScript.Run(ctx, rdb, keys, args...))
+	return parseHandoff(keys[0], rdb.Run.Run(ctx, rdb.C, redisfn.Handoff, keys, args...))
 }
 
 // HandoffGo is Handoff without waiting: fn gets its result.
-func (n Node) HandoffGo(ctx context.Context, rdb AsyncScripter, key string, h NodeHandoff, fn func(NodeHandoffResult, error)) {
+func (n Node) HandoffGo(ctx context.Context, rdb AsyncServer, key string, h NodeHandoff, fn func(NodeHandoffResult, error)) {
 	keys, args, err := n.handoffArgs(key, h)
 	if err != nil {
 		fn(NodeHandoffResult{}, err)
 		return
 	}
-	rdb.Go(ctx, HandoffScript, keys, args, func(cmd *redis.Cmd) { fn(parseHandoff(keys[0], cmd)) })
+	rdb.Run.Go(ctx, rdb.C, redisfn.Handoff, keys, args, func(cmd *redis.Cmd) { fn(parseHandoff(keys[0], cmd)) })
 }
 
 func (n Node) handoffArgs(key string, h NodeHandoff) ([]string, []any, error) {

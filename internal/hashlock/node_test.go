@@ -8,6 +8,7 @@ import (
 
 	"github.com/coordkit/coordkit/internal/hashlock"
 	"github.com/coordkit/coordkit/internal/pipe"
+	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/lock"
 )
 
@@ -20,7 +21,7 @@ func TestNodeHandoff(t *testing.T) {
 	k := n.Keys(key)
 	acquire := func(owner string, waiter string) hashlock.NodeResult {
 		t.Helper()
-		r, err := n.Acquire(ctx, rdb, key, hashlock.NodeAcquire{Owner: owner, TTL: 10 * time.Second, Waiter: waiter})
+		r, err := n.Acquire(ctx, hashlock.NewServer(rdb), key, hashlock.NodeAcquire{Owner: owner, TTL: 10 * time.Second, Waiter: waiter})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,7 +29,7 @@ func TestNodeHandoff(t *testing.T) {
 	}
 	handoff := func(from, to string) hashlock.NodeHandoffResult {
 		t.Helper()
-		r, err := n.Handoff(ctx, rdb, key, hashlock.NodeHandoff{Owner: from, NewOwner: to, TTL: 3 * time.Second})
+		r, err := n.Handoff(ctx, hashlock.NewServer(rdb), key, hashlock.NodeHandoff{Owner: from, NewOwner: to, TTL: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +71,7 @@ func TestNodeHandoff(t *testing.T) {
 	if h := holder(); h["b"] != "2" {
 		t.Fatalf("a refused hand-off changed the hold: %v", h)
 	}
-	if _, err := n.Release(ctx, rdb, key, hashlock.NodeRelease{Owner: "b", TTL: 10 * time.Second, Request: "r1"}); err != nil {
+	if _, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "b", TTL: 10 * time.Second, Request: "r1"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -96,14 +97,14 @@ func TestNodeHandoff(t *testing.T) {
 	}
 
 	for _, h := range []hashlock.NodeHandoff{{Owner: "", NewOwner: "b"}, {Owner: "a", NewOwner: ""}, {Owner: "a", NewOwner: "\x00grant"}} {
-		if _, err := n.Handoff(ctx, rdb, key, h); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := n.Handoff(ctx, hashlock.NewServer(rdb), key, h); !errors.Is(err, lock.ErrInvalid) {
 			t.Errorf("Handoff(%q → %q): %v, want ErrInvalid", h.Owner, h.NewOwner, err)
 		}
 	}
 
 	// Corrupted state: a hold count that is not a number is an error.
 	rdb.HSet(ctx, k.Lock, "e", "x")
-	if _, err := n.Handoff(ctx, rdb, key, hashlock.NodeHandoff{Owner: "e", NewOwner: "f", TTL: time.Second}); err == nil || errors.Is(err, lock.ErrInvalid) {
+	if _, err := n.Handoff(ctx, hashlock.NewServer(rdb), key, hashlock.NodeHandoff{Owner: "e", NewOwner: "f", TTL: time.Second}); err == nil || errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("hand-off of a corrupted hold: %v, want a script error", err)
 	}
 }
@@ -115,10 +116,11 @@ func TestNodeGo(t *testing.T) {
 	rdb := shared.Client(t)
 	p := pipe.New(rdb, 1)
 	defer p.Close()
+	srv := hashlock.AsyncServer{Run: redisfn.NewRunner(rdb, nil), C: p}
 	n := hashlock.Node{}
 	key := uniqueKey(t)
 	acq := make(chan hashlock.NodeResult, 1)
-	n.AcquireGo(ctx, p, key, hashlock.NodeAcquire{Owner: "a", TTL: 5 * time.Second}, func(r hashlock.NodeResult, err error) {
+	n.AcquireGo(ctx, srv, key, hashlock.NodeAcquire{Owner: "a", TTL: 5 * time.Second}, func(r hashlock.NodeResult, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -129,7 +131,7 @@ func TestNodeGo(t *testing.T) {
 		t.Fatalf("AcquireGo: %+v", a)
 	}
 	ho := make(chan hashlock.NodeHandoffResult, 1)
-	n.HandoffGo(ctx, p, key, hashlock.NodeHandoff{Owner: "a", NewOwner: "b", TTL: 5 * time.Second}, func(r hashlock.NodeHandoffResult, err error) {
+	n.HandoffGo(ctx, srv, key, hashlock.NodeHandoff{Owner: "a", NewOwner: "b", TTL: 5 * time.Second}, func(r hashlock.NodeHandoffResult, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -139,7 +141,7 @@ func TestNodeGo(t *testing.T) {
 		t.Fatalf("HandoffGo: %+v", r)
 	}
 	rel := make(chan int64, 1)
-	n.ReleaseGo(ctx, p, key, hashlock.NodeRelease{Owner: "b", TTL: 5 * time.Second, Request: "go1"}, func(left int64, err error) {
+	n.ReleaseGo(ctx, srv, key, hashlock.NodeRelease{Owner: "b", TTL: 5 * time.Second, Request: "go1"}, func(left int64, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -149,12 +151,12 @@ func TestNodeGo(t *testing.T) {
 		t.Fatalf("ReleaseGo: %d levels left, want 0", left)
 	}
 	var invalid error
-	n.AcquireGo(ctx, p, key, hashlock.NodeAcquire{Owner: "\x00x", TTL: time.Second}, func(_ hashlock.NodeResult, err error) { invalid = err })
+	n.AcquireGo(ctx, srv, key, hashlock.NodeAcquire{Owner: "\x00x", TTL: time.Second}, func(_ hashlock.NodeResult, err error) { invalid = err })
 	if !errors.Is(invalid, lock.ErrInvalid) {
 		t.Fatalf("AcquireGo with a NUL owner: %v", invalid)
 	}
 	invalid = nil
-	n.HandoffGo(ctx, p, key, hashlock.NodeHandoff{Owner: "", NewOwner: "b"}, func(_ hashlock.NodeHandoffResult, err error) { invalid = err })
+	n.HandoffGo(ctx, srv, key, hashlock.NodeHandoff{Owner: "", NewOwner: "b"}, func(_ hashlock.NodeHandoffResult, err error) { invalid = err })
 	if !errors.Is(invalid, lock.ErrInvalid) {
 		t.Fatalf("HandoffGo without an owner: %v", invalid)
 	}
@@ -168,13 +170,13 @@ func TestNodeReleaseWithoutLevelResent(t *testing.T) {
 	key := uniqueKey(t)
 	node, _ := hashlock.NewNode("")
 	for range 2 {
-		if r, err := node.Acquire(ctx, rdb, key, hashlock.NodeAcquire{Owner: "o", TTL: 5 * time.Second}); err != nil || !r.Held {
+		if r, err := node.Acquire(ctx, hashlock.NewServer(rdb), key, hashlock.NodeAcquire{Owner: "o", TTL: 5 * time.Second}); err != nil || !r.Held {
 			t.Fatalf("Acquire: %+v %v", r, err)
 		}
 	}
 	rel := hashlock.NodeRelease{Owner: "o", TTL: 5 * time.Second, Request: "r1"}
 	for range 2 {
-		if left, err := node.Release(ctx, rdb, key, rel); err != nil || left != 1 {
+		if left, err := node.Release(ctx, hashlock.NewServer(rdb), key, rel); err != nil || left != 1 {
 			t.Fatalf("Release (same Request): %d %v, want 1 level left", left, err)
 		}
 	}

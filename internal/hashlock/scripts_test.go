@@ -16,7 +16,7 @@ func TestScriptsLoad(t *testing.T) {
 	rdb := shared.Client(t)
 	for name, s := range hashlock.Scripts() {
 		t.Run(name, func(t *testing.T) {
-			sha, err := s.Load(ctx, rdb).Result()
+			sha, err := s.Eval().Load(ctx, rdb).Result()
 			if err != nil {
 				t.Fatalf("SCRIPT LOAD: %v", err)
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,7 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/redisfn"
 )
 
 // kind is an operation of a sequence.
@@ -354,18 +355,12 @@ func (h *loser) take(cmd redis.Cmder) bool {
 		return false
 	}
 	name, _ := args[0].(string)
-	var sha string
 	switch strings.ToLower(name) {
-	case "evalsha":
-		sha, _ = args[1].(string)
-	case "eval":
-		body, _ := args[1].(string)
-		s := sha1.Sum([]byte(body))
-		sha = hex.EncodeToString(s[:])
+	case "evalsha", "eval", "fcall":
 	default:
 		return false
 	}
-	script := scriptNames[sha]
+	script := scriptNames[shaOf(cmd)]
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if script == "" || !h.armed[script] {
@@ -385,6 +380,8 @@ func (h *loser) untake(cmd redis.Cmder) {
 	}
 }
 
+// shaOf returns what names cmd's script in scriptNames: the SHA1 of an
+// EVALSHA or EVAL, the function of an FCALL.
 func shaOf(cmd redis.Cmder) string {
 	args := cmd.Args()
 	if s, _ := args[0].(string); strings.EqualFold(s, "eval") {
@@ -432,39 +429,26 @@ func (h *loser) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
-// scriptNames maps every script's SHA1 to its file name.
+// scriptNames maps every script's SHA1 (EVALSHA, EVAL) and function name
+// (FCALL) to its file name: the library's scripts (internal/redisfn), the
+// semaphore's as "sem_<file>", and Redlock's own one, a file of package
+// redlock run as it is.
 var scriptNames = func() map[string]string {
 	m := map[string]string{}
-	for n, s := range hashlock.Scripts() {
-		m[s.Hash()] = n
+	for _, s := range redisfn.All() {
+		dir, file := path.Split(s.File())
+		if dir == "semaphore/" {
+			file = "sem_" + file
+		}
+		m[s.Hash()], m[s.Name()] = file, file
 	}
-	// Simple's and RW's scripts are files of package lock, and Redlock's own
-	// one is a file of package redlock, run as they are.
-	files, _ := filepath.Glob("../../lock/lua/*.lua")
 	redlockFiles, _ := filepath.Glob("../../redlock/lua/*.lua")
-	for _, f := range append(files, redlockFiles...) {
+	for _, f := range redlockFiles {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
 		m[sha1Hex(b)] = filepath.Base(f)
-	}
-	// The semaphore's release, leave and setlimit run with grant.lua's
-	// helpers joined in front (semaphore/client.go).
-	grant, _ := os.ReadFile("../../semaphore/lua/grant.lua")
-	semFiles, _ := filepath.Glob("../../semaphore/lua/*.lua")
-	for _, f := range semFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		switch n := filepath.Base(f); n {
-		case "grant.lua":
-		case "release.lua", "leave.lua", "setlimit.lua":
-			m[sha1Hex(append(append([]byte{}, grant...), b...))] = "sem_" + n
-		default:
-			m[sha1Hex(b)] = "sem_" + n
-		}
 	}
 	return m
 }()

@@ -39,7 +39,7 @@ func (r *shaRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 func (r *shaRecorder) record(cmd redis.Cmder) {
-	if name, _ := cmd.Args()[0].(string); !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
+	if name, _ := cmd.Args()[0].(string); !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") && !strings.EqualFold(name, "fcall") {
 		return
 	}
 	r.mu.Lock()

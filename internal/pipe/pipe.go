@@ -1,8 +1,8 @@
-// Package pipe sends concurrent EVALSHA calls to Redis in pipelines
-// (automatic pipelining): when more than a few calls are in flight, the
+// Package pipe sends concurrent EVALSHA and FCALL calls to Redis in
+// pipelines (automatic pipelining): when more than a few calls are in flight, the
 // others queue and leave together, one write and one read for the batch
-// instead of one round trip each. A Pipeliner is a redis.Scripter, so
-// Script.Run takes it in place of the client.
+// instead of one round trip each. A Pipeliner is a redis.Scripter with
+// FCall, so Script.Run and redisfn's Runner take it in place of the client.
 //
 // A call that finds fewer than the limit in flight runs at once on its own,
 // as a plain Script.Run would; an idle client pays one mutex for the
@@ -18,7 +18,7 @@
 // one per slot: one is started only when none is idle) and kept while
 // there is work: a sender idle for a second ends, as do all at Close.
 //
-// Only EVALSHA is batched; EVAL (Script.Run's fallback after NOSCRIPT) and
+// Only EVALSHA and FCALL are batched; EVAL (Script.Run's fallback after NOSCRIPT) and
 // the other Scripter methods go straight to the client. Go is the
 // asynchronous form: the answer goes to a function, and a queued call
 // costs no goroutine.
@@ -58,12 +58,13 @@ type Pipeliner struct {
 }
 
 type call struct {
-	ctx  context.Context
-	sha  string
-	keys []string
-	args []any
-	cmd  *redis.Cmd
-	done chan struct{} // EvalSha: closed when cmd has its answer
+	ctx   context.Context
+	sha   string
+	fcall string // FCall: the function (sha is "")
+	keys  []string
+	args  []any
+	cmd   *redis.Cmd
+	done  chan struct{} // EvalSha: closed when cmd has its answer
 
 	// Go: called with the answer, and the script for the EVAL fallback.
 	fn     func(*redis.Cmd)
@@ -76,7 +77,7 @@ func (c *call) finish(p *Pipeliner) {
 		close(c.done)
 		return
 	}
-	if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") { // as Script.Run: once per script and server
+	if c.script != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") { // as Script.Run: once per script and server
 		c.cmd = c.script.Eval(c.ctx, p.rdb, c.keys, c.args...)
 	}
 	c.fn(c.cmd)
@@ -96,15 +97,38 @@ func New(rdb redis.UniversalClient, inFlight int) *Pipeliner {
 // EvalSha runs EVALSHA sha1 with keys and args, possibly in a pipeline
 // with other calls.
 func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return p.wait(call{ctx: ctx, sha: sha1, keys: keys, args: args})
+}
+
+// FCall runs FCALL function with keys and args, possibly in a pipeline
+// with other calls (EVALSHA ones too).
+func (p *Pipeliner) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
+	return p.wait(call{ctx: ctx, fcall: function, keys: keys, args: args})
+}
+
+// run sends c on its own, on the client.
+func (c *call) run(ctx context.Context, rdb redis.Cmdable) *redis.Cmd {
+	if c.fcall != "" {
+		return rdb.FCall(ctx, c.fcall, c.keys, c.args...)
+	}
+	return rdb.EvalSha(ctx, c.sha, c.keys, c.args...)
+}
+
+// wait runs cv at once if fewer than the limit are in flight, else queues
+// it for a batch, and returns its answer. (cv is a value: the call is
+// allocated only when it queues.)
+func (p *Pipeliner) wait(cv call) *redis.Cmd {
+	ctx := cv.ctx
 	p.mu.Lock()
 	if p.inFlight < p.limit {
 		p.inFlight++
 		p.mu.Unlock()
-		cmd := p.rdb.EvalSha(ctx, sha1, keys, args...)
+		cmd := cv.run(ctx, p.rdb)
 		p.next()
 		return cmd
 	}
-	c := &call{ctx: ctx, sha: sha1, keys: keys, args: args, done: make(chan struct{})}
+	c := &cv
+	c.done = make(chan struct{})
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
 	select {
@@ -137,7 +161,16 @@ func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, arg
 // its batch has left, fn gets its answer. After NOSCRIPT the sender runs
 // the EVAL fallback itself, as Script.Run would.
 func (p *Pipeliner) Go(ctx context.Context, s *redis.Script, keys []string, args []any, fn func(*redis.Cmd)) {
-	c := &call{ctx: ctx, sha: s.Hash(), keys: keys, args: args, fn: fn, script: s}
+	p.goCall(&call{ctx: ctx, sha: s.Hash(), keys: keys, args: args, fn: fn, script: s})
+}
+
+// GoFCall is Go for FCALL function: fn gets FCALL's answer as it is.
+func (p *Pipeliner) GoFCall(ctx context.Context, function string, keys []string, args []any, fn func(*redis.Cmd)) {
+	p.goCall(&call{ctx: ctx, fcall: function, keys: keys, args: args, fn: fn})
+}
+
+func (p *Pipeliner) goCall(c *call) {
+	ctx := c.ctx
 	p.mu.Lock()
 	if p.inFlight < p.limit {
 		p.inFlight++
@@ -306,7 +339,7 @@ func (p *Pipeliner) send(batch []*call) {
 		return
 	case 1:
 		c := live[0]
-		c.cmd = p.rdb.EvalSha(c.ctx, c.sha, c.keys, c.args...)
+		c.cmd = c.run(c.ctx, p.rdb)
 		c.finish(p)
 		return
 	}
@@ -314,7 +347,7 @@ func (p *Pipeliner) send(batch []*call) {
 	defer cancel()
 	pl := p.rdb.Pipeline()
 	for _, c := range live {
-		c.cmd = pl.EvalSha(c.ctx, c.sha, c.keys, c.args...)
+		c.cmd = c.run(c.ctx, pl)
 	}
 	_, _ = pl.Exec(ctx) // each cmd carries its own answer or error
 	for _, c := range live {

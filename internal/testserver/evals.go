@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// EvalCounter is a go-redis hook that counts the scripts (EVALSHA and EVAL
-// commands) its clients send, alone or in pipelines: the round trips a
+// EvalCounter is a go-redis hook that counts the scripts (EVALSHA, EVAL and
+// FCALL commands) its clients send, alone or in pipelines: the round trips a
 // lock's protocol costs. Add it with AddHook; it is safe for concurrent use.
 type EvalCounter struct{ n atomic.Int64 }
 
@@ -18,7 +18,7 @@ func (e *EvalCounter) N() int64 { return e.n.Load() }
 
 func (e *EvalCounter) count(cmds ...redis.Cmder) {
 	for _, c := range cmds {
-		if n := strings.ToLower(c.Name()); n == "evalsha" || n == "eval" {
+		if n := strings.ToLower(c.Name()); n == "evalsha" || n == "eval" || n == "fcall" {
 			e.n.Add(1)
 		}
 	}

@@ -42,26 +42,9 @@ if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|'
 local metas = meta ~= '' and KEYS[5] or nil
 
 local held = redis.call('exists', lock) == 1
--- The common case: a free lock outside fair mode. It runs before any
--- function is defined: a closure that captures the script's locals costs
--- Redis more time than some of the hold's commands (fresh.lua is inlined
--- here and below for that reason; queue.lua goes at the mark).
+-- The common case: a free lock outside fair mode.
 if not held and not fair then
-  local others = false
-  --#fresh
-end
---#queue
-
--- dequeue takes a waiter that now holds the lock out of the queue (one
--- command when it was not queued) and returns whether it was queued. metas,
--- if not nil, is the waiter-metadata hash that holds the waiter's entry.
-local function dequeue(queue, deadlines, waiter, metas)
-  if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
-    redis.call('lrem', queue, 1, waiter)
-    if metas then redis.call('hdel', metas, waiter) end
-    return true
-  end
-  return false
+  return fresh(lock, fence, queue, deadlines, metas, owner, ttl, waiter, req, floor, meta, false)
 end
 
 local waiting = false -- the hash has WAITING
@@ -96,8 +79,7 @@ else
   -- Fair: free, and this waiter's turn unless the queue's live head is another.
   local first = head(queue, deadlines, KEYS[5])
   if not first or first == waiter then
-    local others = first ~= nil
-    --#fresh
+    return fresh(lock, fence, queue, deadlines, metas, owner, ttl, waiter, req, floor, meta, first ~= nil)
   end
 end
 

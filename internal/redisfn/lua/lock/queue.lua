@@ -1,6 +1,5 @@
--- queue: the wait queue's helpers, after fence.lua (scripts.go): in front of
--- the script, or where it has a line "--#queue" (its common path runs
--- before, and does not pay for these closures).
+-- queue: the wait queue's helpers, after fence.lua (a helper of the
+-- library: see internal/redisfn).
 --
 -- A queue entry names a waiter, in one of two forms:
 --   "<client id>:<n>"                   woken: a release publishes it on its
@@ -41,6 +40,18 @@ local function head(queue, deadlines, metas)
     redis.call('zrem', deadlines, w)
     if metas then redis.call('hdel', metas, w) end
   end
+end
+
+-- dequeue takes a waiter that now holds the lock out of the queue (one
+-- command when it was not queued) and returns whether it was queued. metas,
+-- if not nil, is the waiter-metadata hash that holds the waiter's entry.
+local function dequeue(queue, deadlines, waiter, metas)
+  if waiter ~= '' and redis.call('zrem', deadlines, waiter) == 1 then
+    redis.call('lrem', queue, 1, waiter)
+    if metas then redis.call('hdel', metas, waiter) end
+    return true
+  end
+  return false
 end
 
 -- pass frees the lock (deletes the hash) and gives it to the first live

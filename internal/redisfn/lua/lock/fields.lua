@@ -1,6 +1,5 @@
--- fields: the lock hash's reserved fields, first in every script that takes
--- or passes the lock (scripts.go). Constants only: the common paths of the
--- scripts pay nothing for them.
+-- fields: the lock hash's reserved fields, the first helper of the hash
+-- lock's scripts in the library (see internal/redisfn). Constants only.
 
 local GRANT = '\0grant'
 

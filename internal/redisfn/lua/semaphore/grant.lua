@@ -1,5 +1,5 @@
--- grant: the helper that hands freed permits over, in front of release.lua,
--- leave.lua and setlimit.lua (client.go joins them).
+-- grant: the helpers that hand freed permits over, which release.lua,
+-- leave.lua and setlimit.lua call (a helper of the library: internal/redisfn).
 --
 -- A queue entry names a waiter and the permit it waits for:
 --   "<client id>:<n>|<grant ms>"  granted: a release makes "<client id>:<n>"

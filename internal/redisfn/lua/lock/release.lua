@@ -65,15 +65,12 @@ end
 -- The outermost release: the lock is free; pass it on (pass deletes the
 -- hash first), and record the answer for a resend in the marker.
 -- Without WAITING no waiter is queued: delete, and read no queue (the
--- common case, before queue.lua's helpers, and with no function of its own:
--- a closure that captures the script's locals costs Redis time on every
--- call).
+-- common case).
 if not v[4] then
   redis.call('del', lock)
   redis.call('set', marker, 0, 'px', markerTTL)
   return 0
 end
---#queue
 pass(lock, fence, queue, deadlines, prefix, KEYS[6]) -- (deletes the hash either way)
 redis.call('set', marker, 0, 'px', markerTTL)
 return 0

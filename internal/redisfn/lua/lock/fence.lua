@@ -1,11 +1,13 @@
--- fence: the fencing token and the server clock, after fields.lua in
--- every script that takes or passes the lock (scripts.go puts it in front
--- of acquire, handoff, leave and force_release, and in release.lua where
--- its common path ends, since defining these closures costs Redis time on
--- every call; queue.lua follows it).
+-- fence: the fencing token and the server clock, a helper of the library
+-- after fields.lua (see internal/redisfn).
 
+-- now is the TIME reply of the call running, read once per call: nil at
+-- the start of each (the library's functions reset it; a script run by
+-- EVALSHA starts with it nil). A Redis function's library keeps its
+-- top-level locals from one call to the next, so a reading left here would
+-- date the next call's tokens in the past (TestTokensFollowTheClock).
 local now
--- time reads Redis server time once per script: the TIME reply, {seconds,
+-- time reads Redis server time once per call: the TIME reply, {seconds,
 -- microseconds}, as strings.
 local function time()
   if not now then now = redis.call('time') end
@@ -26,9 +28,11 @@ end
 --
 -- On Redis 7 (redis.REDIS_VERSION_NUM appeared in 7.0) one SET ... GET
 -- writes the clock and reads the counter; a second SET follows only when
--- the counter was ahead of the clock. Older servers GET, then SET.
-local SETGET = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
+-- the counter was ahead of the clock. Older servers GET, then SET. (Set at
+-- the first call: a library's top-level code runs without tonumber.)
+local SETGET
 local function new_token(fence, floor)
+  if SETGET == nil then SETGET = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000 end
   local f, fs = tonumber(floor or 0) or 0
   if f > 0 then
     fs = string.format('%.0f', f)

@@ -1,0 +1,299 @@
+package redisfn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Mode is how a Runner runs the library's scripts.
+type Mode int32
+
+const (
+	// Undecided: no call has reached the server yet (or every load so
+	// far failed on the network).
+	Undecided Mode = iota
+	// Functions: FCALL of the loaded library.
+	Functions
+	// EvalSha: EVALSHA of each script (EVAL once after NOSCRIPT), where
+	// FUNCTION is missing (Redis < 7), refused (ACLs, some managed
+	// services), switched off (EnvVar), or where a library of this name
+	// holds other code.
+	EvalSha
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Functions:
+		return "functions"
+	case EvalSha:
+		return "evalsha"
+	}
+	return "undecided"
+}
+
+// EnvVar names the environment variable that, set to "off", makes every
+// Runner use EVALSHA (for servers where loading a library is not wanted;
+// make test runs the Redis suites both ways).
+const EnvVar = "COORDKIT_REDIS_FUNCTIONS"
+
+// Caller runs scripts and functions: a go-redis client (single node,
+// Cluster, Sentinel), or internal/pipe's Pipeliner.
+type Caller interface {
+	redis.Scripter
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+}
+
+// Runner runs the library's scripts for one client of coordkit (a
+// lock.Client, a semaphore.Client, a redlock node): it chooses FCALL or
+// EVALSHA once, at its first call, by loading the library on every node
+// that serves keys (every master of a Cluster). After a failover to a
+// node without the library, a FUNCTION FLUSH or a restart without data,
+// the next FCALL gets "Function not found" (it did not run): the Runner
+// loads the library on every master again and sends the call once more.
+// It is safe for concurrent use.
+type Runner struct {
+	rdb  redis.UniversalClient
+	log  *slog.Logger
+	mode atomic.Int32
+	// loads counts the loads that succeeded: a call that found the
+	// function missing reloads only if none has since it was sent.
+	loads atomic.Uint64
+	mu    sync.Mutex // serialises the loads
+	why   string     // protected by mu: why the mode is EvalSha
+}
+
+// NewRunner returns a Runner of rdb's servers; log (nil: none) gets one
+// line when the server makes the Runner settle on EVALSHA, with the
+// reason (none for EnvVar=off).
+func NewRunner(rdb redis.UniversalClient, log *slog.Logger) *Runner {
+	return &Runner{rdb: rdb, log: log}
+}
+
+// Mode returns how the Runner runs the scripts now.
+func (r *Runner) Mode() Mode { return Mode(r.mode.Load()) }
+
+// Why returns why the Runner uses EVALSHA, "" otherwise.
+func (r *Runner) Why() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.why
+}
+
+// Run runs s with keys and args on c (rdb itself, or a Pipeliner of it),
+// as FCALL or EVALSHA, and returns its answer.
+func (r *Runner) Run(ctx context.Context, c Caller, s *Script, keys []string, args ...any) *redis.Cmd {
+	if r.Mode() == Undecided {
+		r.decide(ctx)
+	}
+	if r.Mode() != Functions {
+		return s.eval.Run(ctx, c, keys, args...)
+	}
+	loads := r.loads.Load()
+	cmd := c.FCall(ctx, s.name, keys, args...)
+	switch err := cmd.Err(); {
+	case err == nil:
+	case missing(err):
+		// The node has lost the library (it did not run the call):
+		// load it again and send the call once more.
+		if err := r.reload(ctx, loads); err != nil {
+			return cmd
+		}
+		if r.Mode() != Functions {
+			return s.eval.Run(ctx, c, keys, args...)
+		}
+		return c.FCall(ctx, s.name, keys, args...)
+	case refused(err):
+		// FCALL itself is refused now (an ACL changed, the node is older):
+		// the call did not run.
+		r.settle(EvalSha, fmt.Sprintf("FCALL refused: %v", err))
+		return s.eval.Run(ctx, c, keys, args...)
+	}
+	return cmd
+}
+
+// Prepare chooses FCALL or EVALSHA now if no call has (for a caller that
+// sends a script in a pipeline of its own, where Run cannot).
+func (r *Runner) Prepare(ctx context.Context) {
+	if r.Mode() == Undecided {
+		r.decide(ctx)
+	}
+}
+
+// Missing reports whether err says the function is not loaded on the node
+// that answered (the call did not run): Reload, then call again.
+func Missing(err error) bool { return missing(err) }
+
+func missing(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(strings.ToLower(err.Error()), "function not found")
+}
+
+// refused reports whether err is the server refusing FCALL itself (an
+// unknown command, or an ACL without it; not one that refuses a key):
+// nothing ran.
+func refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm") && strings.Contains(msg, "'fcall'")
+}
+
+// decide loads the library and settles the mode, unless another call did
+// or does meanwhile. A network error leaves the mode undecided (the call
+// runs by EVALSHA, the next one tries again).
+func (r *Runner) decide(ctx context.Context) {
+	if !r.mu.TryLock() {
+		// Another call is loading the library: this one runs by EVALSHA
+		// rather than wait for it (on a silent server every call would
+		// queue up behind the load).
+		return
+	}
+	defer r.mu.Unlock()
+	if r.Mode() != Undecided {
+		return
+	}
+	if v := os.Getenv(EnvVar); v == "off" {
+		r.settleLocked(EvalSha, EnvVar+"=off")
+		return
+	}
+	switch err := r.loadAll(ctx); {
+	case err == nil:
+		r.loads.Add(1)
+		r.settleLocked(Functions, "")
+	case decisive(err):
+		r.settleLocked(EvalSha, err.Error())
+	}
+}
+
+// Reload loads the library on every master again (after "Function not
+// found"). A server that now refuses it, or holds other code under its
+// name, turns the Runner to EVALSHA.
+func (r *Runner) Reload(ctx context.Context) error { return r.reload(ctx, r.loads.Load()) }
+
+// reload is Reload unless a load succeeded since the caller read loads.
+func (r *Runner) reload(ctx context.Context, loads uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loads.Load() != loads {
+		return nil
+	}
+	err := r.loadAll(ctx)
+	if err == nil {
+		r.loads.Add(1)
+	}
+	if err != nil && decisive(err) {
+		r.settleLocked(EvalSha, err.Error())
+		return nil
+	}
+	return err
+}
+
+func (r *Runner) settle(m Mode, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settleLocked(m, why)
+}
+
+func (r *Runner) settleLocked(m Mode, why string) {
+	if Mode(r.mode.Load()) == m {
+		return
+	}
+	r.why = why
+	r.mode.Store(int32(m))
+	if m == EvalSha && r.log != nil && why != EnvVar+"=off" { // asked for: nothing to tell
+		r.log.Info("coordkit: running the Redis scripts by EVALSHA", "why", why)
+	}
+}
+
+// errOtherCode: a library of this name holds other code.
+var errOtherCode = errors.New("another build's library of the same name is loaded")
+
+// decisive reports whether a load's error settles the mode on EVALSHA: the
+// server answered (FUNCTION unknown or refused, the code refused, another
+// library of this name), as opposed to a network error.
+func decisive(err error) bool {
+	var re redis.Error
+	return errors.Is(err, errOtherCode) || errors.As(err, &re)
+}
+
+// loadAll loads the library on every master of a Cluster, or on the one
+// server of another client.
+func (r *Runner) loadAll(ctx context.Context) error {
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return Load(ctx, m) })
+	}
+	return Load(ctx, r.rdb)
+}
+
+// Load loads the library on the server c talks to, unless it has it
+// already; a library of the same name with other code is an error that
+// matches nothing the server said (see Runner).
+func Load(ctx context.Context, c redis.Cmdable) error {
+	err := c.FunctionLoad(ctx, Code()).Err()
+	if err == nil || !strings.Contains(err.Error(), "already exists") {
+		return err
+	}
+	libs, lerr := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: Library, WithCode: true}).Result()
+	if lerr != nil {
+		return lerr
+	}
+	for _, l := range libs {
+		if l.Name == Library {
+			if l.Code == Code() {
+				return nil
+			}
+			return fmt.Errorf("redisfn: %w: %s", errOtherCode, Library)
+		}
+	}
+	return err
+}
+
+// AsyncCaller runs scripts and functions without waiting: fn gets the
+// answer, once, from another goroutine. internal/pipe's Pipeliner is one.
+type AsyncCaller interface {
+	Caller
+	Go(ctx context.Context, s *redis.Script, keys []string, args []any, fn func(*redis.Cmd))
+	GoFCall(ctx context.Context, function string, keys []string, args []any, fn func(*redis.Cmd))
+}
+
+// Go is Run without waiting: fn gets the answer, once, from another
+// goroutine, and must not block. After "Function not found" the reload
+// and the second call run on a goroutine of their own (rare: once per
+// node that lost the library).
+func (r *Runner) Go(ctx context.Context, c AsyncCaller, s *Script, keys []string, args []any, fn func(*redis.Cmd)) {
+	if r.Mode() == Undecided {
+		// The load must not hold up the caller (redlock sends to its
+		// masters one after another from one goroutine, and a silent
+		// master would stall the others): it runs here, bounded by ctx.
+		go func() {
+			r.decide(ctx)
+			r.send(ctx, c, s, keys, args, fn)
+		}()
+		return
+	}
+	r.send(ctx, c, s, keys, args, fn)
+}
+
+func (r *Runner) send(ctx context.Context, c AsyncCaller, s *Script, keys []string, args []any, fn func(*redis.Cmd)) {
+	if r.Mode() != Functions {
+		c.Go(ctx, s.eval, keys, args, fn)
+		return
+	}
+	c.GoFCall(ctx, s.name, keys, args, func(cmd *redis.Cmd) {
+		if err := cmd.Err(); err != nil && (missing(err) || refused(err)) {
+			go func() { fn(r.Run(ctx, c, s, keys, args...)) }()
+			return
+		}
+		fn(cmd)
+	})
+}
