@@ -369,7 +369,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 		if w == nil {
 			w = argEmpty
 		}
-		res, err := c.acquire(ctx, keys[:c.acquireKeys], argOwner, argTTL, w, c.argFair, c.argBound, c.argChan, queued, argID)
+		res, err := c.acquire(ctx, keys[:c.acquireKeys], argOwner, argTTL, w, c.argFair, c.argBound, argID)
 		if err != nil {
 			// The script may have run and its answer been lost for good
 			// (a ctx that ended mid-flight, retries exhausted or off): it
@@ -461,7 +461,7 @@ func (c *Client) acquire(ctx context.Context, keys []string, args ...any) (acqui
 		err  error
 	)
 	if c.argMeta != nil {
-		args = append(args, argEmpty, c.argMeta) // ARGV[9] (no token floor), ARGV[10]
+		args = append(args, argEmpty, c.argMeta) // ARGV[7] (no token floor), ARGV[8]
 	}
 	if c.o.replicas == 0 {
 		res, err = c.run.Run(ctx, c.pipe, redisfn.Acquire, keys, args...).Slice()
@@ -545,7 +545,7 @@ func (c *Client) undo(ctx context.Context, key string, keys []string, owner, id 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	err := c.run.Run(rctx, c.rdb, redisfn.Release, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + c.nextID(), keys[1], keys[4]},
-		owner, ttl, c.o.releaseWindow.Milliseconds(), c.chanPrefix, id).Err()
+		owner, c.o.releaseWindow.Milliseconds(), c.chanPrefix, id).Err()
 	e := fmt.Errorf("%w: %d of %d for %q", ErrTooFewReplicas, acks, c.o.replicas, key)
 	if err != nil {
 		return errors.Join(e, fmt.Errorf("lock: release after WAIT: %w", err))
@@ -561,7 +561,7 @@ func (c *Client) forget(ctx context.Context, keys []string, owner, id string) {
 	defer cancel()
 	// A failure leaves the level to expire with the hold.
 	_ = c.run.Run(rctx, c.rdb, redisfn.Release, []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + id, keys[1], keys[4]},
-		owner, c.o.ttl.Milliseconds(), c.argWindow, c.chanPrefix, id).Err()
+		owner, c.argWindow, c.chanPrefix, id).Err()
 }
 
 // notHeld follows an attempt that found key held by another owner: a live

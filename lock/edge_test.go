@@ -79,8 +79,8 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	id := "c0ffee:1"
 	waiter := id + "|5000|" + "owner-a"
 	// acquire.lua's arguments: owner, TTL, waiter, fair, waiter bound,
-	// channel prefix, queued, request id.
-	args := []any{"owner-a", 5000, waiter, "0", 5000, lock.DefaultPrefix + "wake:", "0", id}
+	// request id.
+	args := []any{"owner-a", 5000, waiter, "0", 5000, id}
 	if err := rdb.HSet(ctx, k.Lock, "owner-b", 1).Err(); err != nil { // held by another
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestHolderOwnStaleEntryDropped(t *testing.T) {
 	if len(info.Waiters) != 0 {
 		t.Fatalf("queue %v after the call holds the lock, want empty", info.Waiters)
 	}
-	left, err := node.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "owner-a", TTL: 5 * time.Second, Request: "r1", Level: id})
+	left, err := node.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "owner-a", Request: "r1", Level: id})
 	if err != nil || left != 0 {
 		t.Fatalf("Release: %d %v", left, err)
 	}
@@ -165,7 +165,7 @@ func TestReentryLeavesQueue(t *testing.T) {
 	keys := []string{k.Lock, k.Fence, k.Queue, k.Deadlines}
 	acquire := lock.Scripts()["acquire.lua"]
 	args := func(owner, id string) []any {
-		return []any{owner, 5000, id + "|5000|" + owner, "1", 5000, lock.DefaultPrefix + "wake:", "0", id}
+		return []any{owner, 5000, id + "|5000|" + owner, "1", 5000, id}
 	}
 	if err := rdb.HSet(ctx, k.Lock, "owner-x", 1).Err(); err != nil {
 		t.Fatal(err)

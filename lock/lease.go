@@ -250,7 +250,7 @@ func (l *lease) release(ctx context.Context) error {
 		}
 		return err
 	}
-	left, err := c.run.Run(ctx, c.pipe, redisfn.Release, l.keys, l.owner, l.ttl, c.argWindow, c.argChan, l.id).Int64()
+	left, err := c.run.Run(ctx, c.pipe, redisfn.Release, l.keys, l.owner, c.argWindow, c.argChan, l.id).Int64()
 	if err != nil {
 		l.abandon()
 		return unanswered(l.h.wd, expired, l.key, fmt.Errorf("lock: release %q: %w", l.key, err))

@@ -155,14 +155,14 @@ func (c *Client) undoHandOff(ctx context.Context, key string, rs []reply[hashloc
 			if oldOwner(i) {
 				var left int64
 				left, errOld = c.node.Release(ctx, c.server(i), key, hashlock.NodeRelease{
-					Owner: h.k.owner, TTL: h.ttl, Request: reqOld, Window: c.o.releaseWindow, Level: h.level,
+					Owner: h.k.owner, Request: reqOld, Window: c.o.releaseWindow, Level: h.level,
 				})
 				held = errOld == nil && left >= 0
 			}
 			var errNew error
 			if newOwner(i) {
 				_, errNew = c.node.Release(ctx, c.server(i), key, hashlock.NodeRelease{
-					Owner: lr.owner, TTL: lr.ttl, Request: reqNew, Window: c.o.releaseWindow, Level: newLevel,
+					Owner: lr.owner, Request: reqNew, Window: c.o.releaseWindow, Level: newLevel,
 				})
 			}
 			return held, errors.Join(errOld, errNew)
@@ -183,6 +183,6 @@ func (c *Client) releaseOne(ctx context.Context, i int, key, owner, level string
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.slowTimeout())
 	defer cancel()
 	_, _ = c.node.Release(rctx, c.server(i), key, hashlock.NodeRelease{
-		Owner: owner, TTL: ttl, Request: c.node.WaiterID(c.id, c.nextSeq()), Window: c.o.releaseWindow, Level: level,
+		Owner: owner, Request: c.node.WaiterID(c.id, c.nextSeq()), Window: c.o.releaseWindow, Level: level,
 	})
 }

@@ -235,7 +235,7 @@ func (c *Client) attempts(ctx context.Context, key, owner string, wait bool, o l
 		if subscribeFirst {
 			w = ""
 		}
-		a := c.attempt(ctx, key, owner, o.TTL, w, queued)
+		a := c.attempt(ctx, key, owner, o.TTL, w)
 		if a.ok {
 			if w != "" && a.got < len(c.masters) {
 				// The waiter may still be queued where it did not acquire;
@@ -341,14 +341,14 @@ type attempt struct {
 // drift > 0) it raises the fencing counters if needed and succeeds;
 // otherwise it releases what it may have taken, on every master except
 // those that answered that another owner holds the lock, and fails.
-func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Duration, waiter string, queued bool) attempt {
+func (c *Client) attempt(ctx context.Context, key, owner string, ttl time.Duration, waiter string) attempt {
 	start := c.o.now()
 	// One id for the round's level on every master (a master that runs the
 	// acquisition twice, after go-redis resent it, takes one level), and
 	// one clock reading as every master's token floor, so that the masters'
 	// fresh tokens agree and need no raising.
 	req := hashlock.NodeAcquire{
-		Owner: owner, TTL: ttl, Waiter: waiter, Queued: queued && waiter != "",
+		Owner: owner, TTL: ttl, Waiter: waiter,
 		WaiterTimeout: c.o.waiterTimeout, Request: c.node.WaiterID(c.id, c.nextSeq()), Floor: start.UnixMicro(),
 		Meta: c.o.meta,
 	}
@@ -512,7 +512,7 @@ func (c *Client) releaseOn(ctx context.Context, key, owner, level string, ttl ti
 	return fanOut(c, ctx, timeout, on, enough, nil,
 		func(ctx context.Context, i int, done func(int64, error)) {
 			c.node.ReleaseGo(ctx, c.async(i), key, hashlock.NodeRelease{
-				Owner: owner, TTL: ttl, Request: req, Window: c.o.releaseWindow, Level: level,
+				Owner: owner, Request: req, Window: c.o.releaseWindow, Level: level,
 			}, done)
 		})
 }

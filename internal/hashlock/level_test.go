@@ -56,7 +56,7 @@ func TestNodeLevelNeverShortensHold(t *testing.T) {
 			t.Fatalf("renew: %v, %v", ok, err)
 		}
 		wantAtLeast("a renewal with 200 ms", 5*time.Second)
-		if left, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "o", TTL: 200 * time.Millisecond, Request: "c:3", Level: "c:2"}); err != nil || left != 1 {
+		if left, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "o", Request: "c:3", Level: "c:2"}); err != nil || left != 1 {
 			t.Fatalf("release of the inner level: %d, %v", left, err)
 		}
 		wantAtLeast("the inner level's release", 5*time.Second)
@@ -97,7 +97,7 @@ func TestNodeReleaseResent(t *testing.T) {
 		}
 		lost := r.Lost()
 		r.Arm(redisfn.Release.Carried())
-		left, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "o", TTL: time.Second, Request: "c:2", Level: level})
+		left, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "o", Request: "c:2", Level: level})
 		if r.Lost() == lost {
 			t.Fatal("no reply was lost: the fault did not happen")
 		}

@@ -91,9 +91,6 @@ type NodeAcquire struct {
 	// Waiter, if not empty, is queued (or has its deadline refreshed) when
 	// the lock is held by another owner. Make it with WaiterID.
 	Waiter string
-	// Queued says the waiter may already be queued (a later attempt); the
-	// acquisition then removes it from the queue.
-	Queued bool
 	// Fair makes a free lock go to the first live waiter only.
 	Fair bool
 	// WaiterTimeout is how long a queued waiter keeps its place without
@@ -181,12 +178,9 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 	if a.WaiterTimeout <= 0 {
 		a.WaiterTimeout = DefaultWaiterTimeout
 	}
-	fair, queued := "0", "0"
+	fair := "0"
 	if a.Fair {
 		fair = "1"
-	}
-	if a.Queued && a.Waiter != "" {
-		queued = "1"
 	}
 	if strings.Contains(a.Waiter, "|") || strings.HasPrefix(a.Owner, "\x00") {
 		return nil, nil, fmt.Errorf("%w: waiter %q contains '|' or owner %q starts with NUL", ErrInvalid, a.Waiter, a.Owner)
@@ -195,7 +189,7 @@ func (n Node) acquireArgs(key string, a NodeAcquire) ([]string, []any, error) {
 		return nil, nil, fmt.Errorf("%w: holder metadata of %d bytes (at most %d)", ErrInvalid, len(a.Meta), MaxMeta)
 	}
 	return LockKeys(n.pfx(), key), []any{a.Owner, max(a.TTL.Milliseconds(), 1), a.Waiter, fair,
-		a.WaiterTimeout.Milliseconds(), n.wakePfx(), queued, a.Request, max(a.Floor, 0), a.Meta}, nil
+		a.WaiterTimeout.Milliseconds(), a.Request, max(a.Floor, 0), a.Meta}, nil
 }
 
 func parseAcquire(lockKey string, cmd *redis.Cmd) (NodeResult, error) {
@@ -219,8 +213,6 @@ func parseAcquire(lockKey string, cmd *redis.Cmd) (NodeResult, error) {
 type NodeRelease struct {
 	// Owner is the lock owner. Required.
 	Owner string
-	// TTL is set again when hold levels remain.
-	TTL time.Duration
 	// Request identifies this release: the same release sent again within
 	// Window gets the first answer instead of dropping a second level.
 	// Required, unique per release.
@@ -256,7 +248,7 @@ func (n Node) releaseArgs(key string, r NodeRelease) ([]string, []any) {
 	}
 	k := LockKeys(n.pfx(), key)
 	return []string{k[0], k[2], k[3], k[0] + ":r:" + r.Request, k[1], k[4]},
-		[]any{r.Owner, max(r.TTL.Milliseconds(), 1), r.Window.Milliseconds(), n.wakePfx(), r.Level}
+		[]any{r.Owner, r.Window.Milliseconds(), n.wakePfx(), r.Level}
 }
 
 func parseRelease(lockKey string, cmd *redis.Cmd) (int64, error) {

@@ -71,7 +71,7 @@ func TestNodeHandoff(t *testing.T) {
 	if h := holder(); h["b"] != "2" {
 		t.Fatalf("a refused hand-off changed the hold: %v", h)
 	}
-	if _, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "b", TTL: 10 * time.Second, Request: "r1"}); err != nil {
+	if _, err := n.Release(ctx, hashlock.NewServer(rdb), key, hashlock.NodeRelease{Owner: "b", Request: "r1"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -141,7 +141,7 @@ func TestNodeGo(t *testing.T) {
 		t.Fatalf("HandoffGo: %+v", r)
 	}
 	rel := make(chan int64, 1)
-	n.ReleaseGo(ctx, srv, key, hashlock.NodeRelease{Owner: "b", TTL: 5 * time.Second, Request: "go1"}, func(left int64, err error) {
+	n.ReleaseGo(ctx, srv, key, hashlock.NodeRelease{Owner: "b", Request: "go1"}, func(left int64, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -174,7 +174,7 @@ func TestNodeReleaseWithoutLevelResent(t *testing.T) {
 			t.Fatalf("Acquire: %+v %v", r, err)
 		}
 	}
-	rel := hashlock.NodeRelease{Owner: "o", TTL: 5 * time.Second, Request: "r1"}
+	rel := hashlock.NodeRelease{Owner: "o", Request: "r1"}
 	for range 2 {
 		if left, err := node.Release(ctx, hashlock.NewServer(rdb), key, rel); err != nil || left != 1 {
 			t.Fatalf("Release (same Request): %d %v, want 1 level left", left, err)

@@ -2,6 +2,8 @@ package redisfn_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -43,6 +45,11 @@ func TestLibraryLoads(t *testing.T) {
 	}
 }
 
+// functionsAllowed clears COORDKIT_REDIS_FUNCTIONS for the test (make
+// test runs this package a second time with it "off"): these tests are
+// about choosing between the two paths, and set it themselves.
+func functionsAllowed(t *testing.T) { t.Setenv(redisfn.EnvVar, "") }
+
 // call runs inspect.lua (read-only) on key through r and fails the test on
 // an error.
 func call(t *testing.T, r *redisfn.Runner, c redisfn.Caller, key string) {
@@ -56,6 +63,7 @@ func call(t *testing.T, r *redisfn.Runner, c redisfn.Caller, key string) {
 // TestRunnerModes: a Runner of a Redis 7 settles on FCALL at its first
 // call; with COORDKIT_REDIS_FUNCTIONS=off, on EVALSHA, and says why.
 func TestRunnerModes(t *testing.T) {
+	functionsAllowed(t)
 	rdb := shared.Client(t)
 	r := redisfn.NewRunner(rdb, nil)
 	if r.Mode() != redisfn.Undecided {
@@ -77,6 +85,7 @@ func TestRunnerModes(t *testing.T) {
 // away), refused by an ACL, or where another build's library holds the
 // name, the Runner runs the same scripts by EVALSHA, and they work.
 func TestFallbacks(t *testing.T) {
+	functionsAllowed(t)
 	cases := []struct {
 		name  string
 		opts  []testserver.RedisOption
@@ -131,6 +140,7 @@ func TestFallbacks(t *testing.T) {
 // "Function not found", which ran nothing: the Runner loads the library
 // again and sends the call once more.
 func TestReloadAfterFlush(t *testing.T) {
+	functionsAllowed(t)
 	ctx := ctxTimeout(t, 10*time.Second)
 	srv := testserver.StartRedis(t)
 	rdb := srv.Client(t)
@@ -158,6 +168,7 @@ func TestReloadAfterFlush(t *testing.T) {
 // TestClusterLoadsEveryMaster: on a Cluster the library is loaded on every
 // master at the first call, and again on every master after one lost it.
 func TestClusterLoadsEveryMaster(t *testing.T) {
+	functionsAllowed(t)
 	ctx := ctxTimeout(t, 30*time.Second)
 	cl := testserver.StartRedisCluster(t)
 	rdb := cl.Client(t)
@@ -201,6 +212,7 @@ func TestClusterLoadsEveryMaster(t *testing.T) {
 // every call: a token handed out later is later by at least the time in
 // between (on another key too, whose counter is fresh).
 func TestTokensFollowTheClock(t *testing.T) {
+	functionsAllowed(t)
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := shared.Client(t)
 	r := redisfn.NewRunner(rdb, nil)
@@ -229,6 +241,7 @@ func TestTokensFollowTheClock(t *testing.T) {
 // refused it (an ACL changed; a failover to an older server) runs that
 // call and the next ones by EVALSHA: the refused FCALL ran nothing.
 func TestFCallRefusedLater(t *testing.T) {
+	functionsAllowed(t)
 	ctx := ctxTimeout(t, 10*time.Second)
 	srv := testserver.StartRedis(t)
 	admin := srv.Client(t)
@@ -248,5 +261,27 @@ func TestFCallRefusedLater(t *testing.T) {
 	call(t, r, rdb, "k")
 	if r.Mode() != redisfn.EvalSha || !strings.Contains(r.Why(), "fcall") {
 		t.Fatalf("mode %v (%q), want evalsha after FCALL was refused", r.Mode(), r.Why())
+	}
+}
+
+// libraryCode pins the SHA-256 of the library's code for each version: a
+// change of the Lua must come with a new Version, so that a server that
+// has one version's code loaded never serves another's calls under the
+// same names (the Runner falls back to EVALSHA when the code under its
+// name differs, but two builds that both claim a version would each load
+// their own after a FUNCTION FLUSH and call the other's).
+var libraryCode = map[int]string{
+	1: "217d4749a2d1502761340810f4419a43e1739a5fef6ee7d09f9c89e355b89649",
+}
+
+// TestLibraryVersion: the library's code is the one pinned for Version.
+func TestLibraryVersion(t *testing.T) {
+	sum := sha256.Sum256([]byte(redisfn.Code()))
+	got := hex.EncodeToString(sum[:])
+	if want, ok := libraryCode[redisfn.Version]; !ok || got != want {
+		t.Fatalf("library code of version %d has SHA-256 %s, pinned %q: a change of the Lua needs a new Version (and its pin)", redisfn.Version, got, want)
+	}
+	if !strings.HasPrefix(redisfn.Code(), "#!lua name="+redisfn.Library+"\n") {
+		t.Fatalf("library header: %.40q", redisfn.Code())
 	}
 }

@@ -13,16 +13,13 @@
 --         "-<ms>": the client's default, which a re-entry does not apply
 -- ARGV[3] waiter: its queue entry (queue.lua), or "" to make one attempt without
 --         queueing; "|<grant ms>|" stands for a granted-form entry made of
---         this call's request id (ARGV[8]) and owner: "<id>|<grant ms>|<owner>"
+--         this call's request id (ARGV[6]) and owner: "<id>|<grant ms>|<owner>"
 -- ARGV[4] "1" fair (FIFO, no barging), "0" not
 -- ARGV[5] waiter bound in ms: a waiter that does not call again within it is skipped
--- ARGV[6] wake-up channel prefix (unused; kept for the argument layout)
--- ARGV[7] "1" if the waiter may already be queued (unused: a waiter that
---         holds the lock always leaves the queue; kept for the argument layout)
--- ARGV[8] request id: unique per call; the same call sent again takes no
+-- ARGV[6] request id: unique per call; the same call sent again takes no
 --         second level (""/absent: not retry-safe)
--- ARGV[9] token floor in µs (new_token), "" or absent: the server's clock
--- ARGV[10] holder metadata (META, fence.lua), "" or absent: none. Stored with
+-- ARGV[7] token floor in µs (new_token), "" or absent: the server's clock
+-- ARGV[8] holder metadata (META, fence.lua), "" or absent: none. Stored with
 --         a fresh hold, and under the waiter's entry in KEYS[5] while it is
 --         queued, so that a release that grants it the lock stores it too.
 --
@@ -36,7 +33,7 @@ local owner, ttl, waiter = ARGV[1], ARGV[2], ARGV[3]
 local chosen = string.byte(ttl, 1) ~= 45 -- '-'
 if not chosen then ttl = string.sub(ttl, 2) end
 local fair, bound = ARGV[4] == '1', tonumber(ARGV[5])
-local req, floor, meta = ARGV[8] or '', ARGV[9], ARGV[10] or ''
+local req, floor, meta = ARGV[6] or '', ARGV[7], ARGV[8] or ''
 if string.byte(waiter, 1) == 124 then waiter = req .. waiter .. owner end -- '|': the entry's middle
 -- metas: the waiter-metadata hash, when this call has metadata to keep there.
 local metas = meta ~= '' and KEYS[5] or nil

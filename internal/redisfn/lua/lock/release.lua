@@ -12,7 +12,7 @@
 -- the counter runs ahead of the clock). The marker is read only when the
 -- owner's level is not found, so the common path reads one hash.
 --
--- A release that names its level (ARGV[5], the id of the call that took it)
+-- A release that names its level (ARGV[4], the id of the call that took it)
 -- drops only that level: if the hash holds the owner but not that level (a
 -- hold of the same owner that began after this one was lost), the level is
 -- not held. Without it (Node callers that do not track levels) any level of
@@ -25,16 +25,14 @@
 -- KEYS[5] fence        <prefix>{key}:fence
 -- KEYS[6] metas        <prefix>{key}:qtm (waiter metadata, queue.lua's pass), or absent
 -- ARGV[1] owner
--- ARGV[2] TTL in ms (unused: the expiry of levels that remain is left as
---         it is; kept for the argument layout)
--- ARGV[3] marker TTL in ms
--- ARGV[4] wake-up channel prefix
--- ARGV[5] the level's id (acquire.lua's request id), or ""/absent
+-- ARGV[2] marker TTL in ms
+-- ARGV[3] wake-up channel prefix
+-- ARGV[4] the level's id (acquire.lua's request id), or ""/absent
 --
 -- Returns the hold levels left (0: freed), or -1 if owner did not hold the lock.
 local lock, queue, deadlines, marker, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner, ttl, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local req = ARGV[5] or ''
+local owner, markerTTL, prefix = ARGV[1], ARGV[2], ARGV[3]
+local req = ARGV[4] or ''
 
 if req == '' then
   -- No level to find: the marker first, as the same request may find the
