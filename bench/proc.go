@@ -66,7 +66,7 @@ type procResult struct {
 // prints its procResult.
 func lockWorker(args []string) error {
 	fs := flag.NewFlagSet("lockworker", flag.ContinueOnError)
-	addr := fs.String("addr", "", "Redis address")
+	addr := fs.String("addr", "", "Redis address; comma-separated: a Cluster's masters")
 	libName := fs.String("lib", "", "library")
 	g := fs.Int("g", 32, "goroutines")
 	key := fs.String("key", "", "hot key (empty: each goroutine locks its own key)")
@@ -81,7 +81,7 @@ func lockWorker(args []string) error {
 	if strings.HasSuffix(*libName, "-evalsha") {
 		os.Setenv(redisfn.EnvVar, "off")
 	}
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{*addr}})
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(*addr, ",")}) // several: a ClusterClient
 	defer rdb.Close()
 	l := lib.new(rdb)
 	defer l.close()
@@ -352,7 +352,44 @@ type procRun struct {
 	holds                                           [][]int64
 }
 
-func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib string, args ...string) (procRun, error) {
+// procServers are the Redis servers of a lockproc run: one, or a
+// Cluster's masters; the workers connect to addr, the parent reads each
+// admin's INFO and sums.
+type procServers struct {
+	addr   string
+	admins []redis.UniversalClient
+}
+
+func (s procServers) commandstats(ctx context.Context) (calls, usec map[string]int64, err error) {
+	calls, usec = map[string]int64{}, map[string]int64{}
+	for _, a := range s.admins {
+		c, u, err := commandstatsUsec(ctx, a)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, v := range c {
+			calls[k] += v
+		}
+		for k, v := range u {
+			usec[k] += v
+		}
+	}
+	return calls, usec, nil
+}
+
+func (s procServers) cpu(ctx context.Context) (float64, error) {
+	var t float64
+	for _, a := range s.admins {
+		x, err := redisCPU(ctx, a)
+		if err != nil {
+			return 0, err
+		}
+		t += x
+	}
+	return t, nil
+}
+
+func runWorkers(srv procServers, n int, lib string, args ...string) (procRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ws := make([]*procWorker, 0, n)
@@ -364,17 +401,17 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 		}
 	}()
 	for range n {
-		w, err := startWorker(ctx, lib, append([]string{"-addr", srv.Addr()}, args...)...)
+		w, err := startWorker(ctx, lib, append([]string{"-addr", srv.addr}, args...)...)
 		if err != nil {
 			return procRun{}, err
 		}
 		ws = append(ws, w)
 	}
-	stats0, usec0, err := commandstatsUsec(ctx, admin)
+	stats0, usec0, err := srv.commandstats(ctx)
 	if err != nil {
 		return procRun{}, err
 	}
-	cpu0, err := redisCPU(ctx, admin)
+	cpu0, err := srv.cpu(ctx)
 	if err != nil {
 		return procRun{}, err
 	}
@@ -382,16 +419,16 @@ func runWorkers(srv *testserver.Redis, admin redis.UniversalClient, n int, lib s
 	if err != nil {
 		return procRun{}, err
 	}
-	cpu1, err := redisCPU(ctx, admin)
+	cpu1, err := srv.cpu(ctx)
 	if err != nil {
 		return procRun{}, err
 	}
-	stats1, usec1, err := commandstatsUsec(ctx, admin)
+	stats1, usec1, err := srv.commandstats(ctx)
 	if err != nil {
 		return procRun{}, err
 	}
 	p := float64(max(pairs, 1))
-	r.calls = float64(statsDelta(stats0, stats1)-2) / p // less the INFO cpu and commandstats calls
+	r.calls = float64(statsDelta(stats0, stats1)-2*int64(len(srv.admins))) / p // less the INFO cpu and commandstats calls
 	r.cpuUS = (cpu1 - cpu0) * 1e6 / p
 	for _, c := range scriptCommands {
 		r.scripts += float64(stats1[c]-stats0[c]) / p
@@ -487,22 +524,44 @@ func medianOf(rs []procRun, f func(procRun) float64) float64 {
 }
 
 func runLockProcSuite(env *Env) error {
-	srv, err := env.Redis()
-	if err != nil {
-		return err
+	var srv procServers
+	where := "a single Redis"
+	if *procCluster {
+		cl, err := testserver.NewRedisCluster()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		srv.addr = strings.Join(cl.Addrs(), ",")
+		for _, n := range cl.Nodes() {
+			a := n.NewClient()
+			defer a.Close()
+			srv.admins = append(srv.admins, a)
+		}
+		where = fmt.Sprintf("a %d-master Redis Cluster (INFO summed over the masters)", len(cl.Nodes()))
+	} else {
+		s, err := env.Redis()
+		if err != nil {
+			return err
+		}
+		admin := s.NewClient()
+		defer admin.Close()
+		srv = procServers{addr: s.Addr(), admins: []redis.UniversalClient{admin}}
 	}
-	admin := srv.NewClient()
-	defer admin.Close()
+	fmt.Fprintf(env.Out, "On %s.\n\n", where)
 	if slices.Contains(*procPhases, "uncontended") {
-		if err := procUncontended(env, srv, admin); err != nil {
+		if err := procUncontended(env, srv); err != nil {
 			return err
 		}
 	}
 	if slices.Contains(*procPhases, "hot") {
-		return procHotKey(env, srv, admin)
+		return procHotKey(env, srv)
 	}
 	return nil
 }
+
+// procCluster runs the lockproc suite on a Redis Cluster (-lockproc-cluster).
+var procCluster = flag.Bool("lockproc-cluster", false, "lockproc: run on a 3-master Redis Cluster instead of a single Redis")
 
 // procPhases are the lockproc suite's phases to run (-lockproc-phases).
 var procPhases = func() *[]string {
@@ -522,13 +581,13 @@ var procPhases = func() *[]string {
 
 // procUncontended: one process per library, 32 goroutines each locking
 // its own key.
-func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
+func procUncontended(env *Env, srv procServers) error {
 	libs := append([]string{"coordkit", "coordkit-evalsha", "coordkit-fair", "redislock", "redsync"}, extraNames()...)
 	res := make(map[string][]procRun)
 	for round := range env.Rounds {
 		for i := range libs {
 			name := libs[(i+round)%len(libs)] // a different library first each round
-			r, err := runWorkers(srv, admin, 1, name, "-g", "32", "-dur", env.Dur.String())
+			r, err := runWorkers(srv, 1, name, "-g", "32", "-dur", env.Dur.String())
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -558,7 +617,7 @@ func procUncontended(env *Env, srv *testserver.Redis, admin redis.UniversalClien
 }
 
 // procHotKey: 16 processes of one library, one goroutine each, on one key.
-func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) error {
+func procHotKey(env *Env, srv procServers) error {
 	const n = 16
 	libs := append([]string{"coordkit", "coordkit-evalsha", "coordkit-fair", "redislock-1ms", "redsync-1ms"}, extraNames()...)
 	res := make(map[string][]procRun)
@@ -566,7 +625,7 @@ func procHotKey(env *Env, srv *testserver.Redis, admin redis.UniversalClient) er
 		for i := range libs {
 			name := libs[(i+round)%len(libs)]
 			key := lkKey("bench:ph")
-			r, err := runWorkers(srv, admin, n, name, "-g", "1", "-key", key, "-dur", env.Dur.String())
+			r, err := runWorkers(srv, n, name, "-g", "1", "-key", key, "-dur", env.Dur.String())
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}

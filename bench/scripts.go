@@ -30,6 +30,7 @@ type ablation struct {
 	edit       func(lua string) string // nil: the library as shipped
 	evalsha    bool                    // run the shipped scripts by EVALSHA
 	levels     bool                    // the acquisition records its level (a request id)
+	fewKeys    bool                    // acquire gets the two keys its uncontended path touches, not four
 }
 
 var ablations = []ablation{
@@ -39,6 +40,7 @@ var ablations = []ablation{
 	{name: "no clock floor", what: "token = INCR of the counter (no TIME, no SET .. GET): a counter restored from older data repeats tokens", levels: true, edit: noClockFloor},
 	{name: "no stored answer", what: "release stores no answer: a resent release answers \"not held\" for a lock it freed", levels: true, edit: noMarker},
 	{name: "none of the three", what: "all three taken out", levels: false, edit: func(s string) string { return noMarker(noClockFloor(s)) }},
+	{name: "none, and 2 keys", what: "and acquire gets only the hash and the counter (the queue's keys undeclared: a contended call could not queue)", levels: false, fewKeys: true, edit: func(s string) string { return noMarker(noClockFloor(s)) }},
 }
 
 // noClockFloor replaces fence.lua's new_token by an INCR of the counter.
@@ -172,6 +174,10 @@ func onePair(ctx context.Context, rdb redis.UniversalClient, k int, key string, 
 	acqArgs := []any{"owner", "-10000", "", "0", 20000, req}
 	relKeys := []string{keys[0], keys[2], keys[3], keys[0] + ":r:" + fmt.Sprintf("x%d", i), keys[1]}
 	relArgs := []any{"owner", 5000, "bench:abl:wake:", req}
+	acqKeys := keys[:4]
+	if a.fewKeys {
+		acqKeys = keys[:2]
+	}
 	var acq, rel *redis.Cmd
 	switch {
 	case a.evalsha:
@@ -184,7 +190,7 @@ func onePair(ctx context.Context, rdb redis.UniversalClient, k int, key string, 
 		if a.edit != nil || !a.levels {
 			prefix = ablationName(k)
 		}
-		acq = rdb.FCall(ctx, prefix+"acquire", keys[:4], acqArgs...)
+		acq = rdb.FCall(ctx, prefix+"acquire", acqKeys, acqArgs...)
 		if acq.Err() == nil {
 			rel = rdb.FCall(ctx, prefix+"release", relKeys, relArgs...)
 		}

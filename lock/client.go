@@ -506,7 +506,7 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 	c.run.Prepare(ctx)
 	for range 2 {
 		pipe := pl.Pipeline()
-		fcall := c.run.Mode() == redisfn.Functions
+		fcall, loads := c.run.Mode() == redisfn.Functions, c.run.Loads()
 		var ev *redis.Cmd
 		if fcall {
 			ev = pipe.FCall(ctx, redisfn.Acquire.Name(), keys, args...)
@@ -521,11 +521,8 @@ func (c *Client) acquireAndWait(ctx context.Context, keys []string, args []any) 
 			}
 			continue
 		}
-		if err := ev.Err(); err != nil && fcall && redisfn.Missing(err) {
-			if err := c.run.Reload(ctx); err != nil {
-				return nil, 0, err
-			}
-			continue
+		if fcall && c.run.Recover(ctx, ev.Err(), loads) {
+			continue // it did not run: the library is loaded again, or FCALL refused
 		}
 		res, err := ev.Slice()
 		if err != nil {

@@ -233,6 +233,9 @@ func (c *Client) Close() error {
 		h.wd.Lose(lock.ErrClosed)
 	}
 	c.bg.Wait()
+	for _, r := range c.runs {
+		r.Close() // a load in the background, before the pipeliners close
+	}
 	for _, p := range c.pipes {
 		p.Close()
 	}

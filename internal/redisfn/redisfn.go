@@ -35,7 +35,7 @@ import (
 // Version is the library's version: its name is "coordkit_v<Version>" and
 // its functions' "ck<Version>_<name>". Bump it with every change of the
 // Lua (TestLibraryVersion fails until then).
-const Version = 1
+const Version = 2
 
 // Library is the library's name.
 var Library = fmt.Sprintf("coordkit_v%d", Version)
@@ -54,9 +54,10 @@ func read(name string) string {
 // Script is one function of the library (see the header of its .lua file
 // for KEYS and ARGV).
 type Script struct {
-	file string        // its file under lua/, "lock/acquire.lua"
-	name string        // its function's name, "ck1_acquire"
-	eval *redis.Script // its helpers and body, for EVALSHA
+	file  string        // its file under lua/, "lock/acquire.lua"
+	name  string        // its function's name, "ck<Version>_acquire"
+	eval  *redis.Script // its helpers and body, for EVALSHA
+	flags []string      // its function's flags (see def)
 }
 
 // Name returns the name of the script's function in the library.
@@ -99,9 +100,28 @@ var (
 	families = []*family{hashLock, rwSimple, semaphore}
 )
 
-// def names a script of f: file (in f.dir), function name suffix.
-func (f *family) def(file, name string) *Script {
+// The flags of a function (FUNCTION LOAD's): a function without flags may
+// write and is refused as a whole, before it runs, when Redis is over its
+// maxmemory; a script run by EVALSHA fails only at its first command that
+// adds data. So the scripts that give a hold, a permit or a queue place
+// back, or only renew one (release, renew, leave, hand-off, force-release),
+// may run then (allowOOM), as they could by EVALSHA (renew and release of
+// a hold with one level add nothing), and inspect writes nothing (noWrites:
+// it also runs on a replica and without min-replicas-to-write). The others
+// (acquire, setlimit) are refused then, with nothing written
+// (TestOutOfMemory).
+var (
+	allowOOM = []string{"allow-oom"}
+	noWrites = []string{"no-writes"}
+)
+
+// def names a script of f: file (in f.dir), function name suffix, and
+// the function's flags.
+func (f *family) def(file, name string, flags ...[]string) *Script {
 	s := &Script{file: f.dir + "/" + file, name: fmt.Sprintf("ck%d_%s", Version, name)}
+	for _, fl := range flags {
+		s.flags = append(s.flags, fl...)
+	}
 	body := read(s.file)
 	if !f.bare[file] {
 		var b strings.Builder
@@ -120,30 +140,30 @@ func (f *family) def(file, name string) *Script {
 // hashlock.Node).
 var (
 	Acquire      = hashLock.def("acquire.lua", "acquire")
-	Release      = hashLock.def("release.lua", "release")
-	Handoff      = hashLock.def("handoff.lua", "handoff")
-	Renew        = hashLock.def("renew.lua", "renew")
-	Leave        = hashLock.def("leave.lua", "leave")
-	ForceRelease = hashLock.def("force_release.lua", "force_release")
-	Inspect      = hashLock.def("inspect.lua", "inspect")
+	Release      = hashLock.def("release.lua", "release", allowOOM)
+	Handoff      = hashLock.def("handoff.lua", "handoff", allowOOM)
+	Renew        = hashLock.def("renew.lua", "renew", allowOOM)
+	Leave        = hashLock.def("leave.lua", "leave", allowOOM)
+	ForceRelease = hashLock.def("force_release.lua", "force_release", allowOOM)
+	Inspect      = hashLock.def("inspect.lua", "inspect", noWrites)
 )
 
 // The scripts of package lock's RW and Simple.
 var (
 	RWAcquire     = rwSimple.def("rw_acquire.lua", "rw_acquire")
-	RWRelease     = rwSimple.def("rw_release.lua", "rw_release")
-	RWRenew       = rwSimple.def("rw_renew.lua", "rw_renew")
+	RWRelease     = rwSimple.def("rw_release.lua", "rw_release", allowOOM)
+	RWRenew       = rwSimple.def("rw_renew.lua", "rw_renew", allowOOM)
 	SimpleObtain  = rwSimple.def("simple_obtain.lua", "simple_obtain")
-	SimpleRelease = rwSimple.def("simple_release.lua", "simple_release")
-	SimpleRenew   = rwSimple.def("simple_renew.lua", "simple_renew")
+	SimpleRelease = rwSimple.def("simple_release.lua", "simple_release", allowOOM)
+	SimpleRenew   = rwSimple.def("simple_renew.lua", "simple_renew", allowOOM)
 )
 
 // The scripts of package semaphore.
 var (
 	SemAcquire  = semaphore.def("acquire.lua", "sem_acquire")
-	SemRelease  = semaphore.def("release.lua", "sem_release")
-	SemRenew    = semaphore.def("renew.lua", "sem_renew")
-	SemLeave    = semaphore.def("leave.lua", "sem_leave")
+	SemRelease  = semaphore.def("release.lua", "sem_release", allowOOM)
+	SemRenew    = semaphore.def("renew.lua", "sem_renew", allowOOM)
+	SemLeave    = semaphore.def("leave.lua", "sem_leave", allowOOM)
 	SemSetLimit = semaphore.def("setlimit.lua", "sem_setlimit")
 )
 
@@ -172,11 +192,19 @@ var code = sync.OnceValue(func() string {
 		for _, s := range f.scripts {
 			// The body is a function of KEYS and ARGV, the names it
 			// has as a script.
+			fmt.Fprintf(&b, "redis.register_function{function_name = '%s', callback = function(KEYS, ARGV)\n", s.name)
 			if f.reset != "" {
-				fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s\n%s\nend)\n", s.name, f.reset, read(s.file))
-			} else {
-				fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", s.name, read(s.file))
+				b.WriteString(f.reset + "\n")
 			}
+			b.WriteString(read(s.file))
+			b.WriteString("\nend, flags = {")
+			for i, fl := range s.flags {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "'%s'", fl)
+			}
+			b.WriteString("}}\n")
 		}
 		b.WriteString("end\n")
 	}

@@ -271,7 +271,8 @@ func TestFCallRefusedLater(t *testing.T) {
 // name differs, but two builds that both claim a version would each load
 // their own after a FUNCTION FLUSH and call the other's).
 var libraryCode = map[int]string{
-	1: "217d4749a2d1502761340810f4419a43e1739a5fef6ee7d09f9c89e355b89649",
+	1: "217d4749a2d1502761340810f4419a43e1739a5fef6ee7d09f9c89e355b89649", // db67cfa, never released
+	2: "9d260c231fc96a9a5d4f0ed4ef54097e6b163f0e25f35ab617fd43c479060884", // functions with flags (allow-oom, no-writes)
 }
 
 // TestLibraryVersion: the library's code is the one pinned for Version.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -66,9 +67,19 @@ type Runner struct {
 	// loads counts the loads that succeeded: a call that found the
 	// function missing reloads only if none has since it was sent.
 	loads atomic.Uint64
-	mu    sync.Mutex // serialises the loads
-	why   string     // protected by mu: why the mode is EvalSha
+	bg    sync.WaitGroup // a decision in the background (Go)
+	mu    sync.Mutex     // serialises the loads; protects the fields below
+	why   string         // why the mode is EvalSha
+	retry time.Time      // undecided after a failed load: no new try before then
 }
+
+// retryPause is how long an undecided Runner runs its calls by EVALSHA
+// after a load that failed on the network or with a passing server error,
+// before it tries to load again (the library is about 55 KB).
+const retryPause = time.Second
+
+// loadTimeout bounds a load that Go runs in the background.
+const loadTimeout = 5 * time.Second
 
 // NewRunner returns a Runner of rdb's servers; log (nil: none) gets one
 // line when the server makes the Runner settle on EVALSHA, with the
@@ -90,8 +101,11 @@ func (r *Runner) Why() string {
 // Run runs s with keys and args on c (rdb itself, or a Pipeliner of it),
 // as FCALL or EVALSHA, and returns its answer.
 func (r *Runner) Run(ctx context.Context, c Caller, s *Script, keys []string, args ...any) *redis.Cmd {
-	if r.Mode() == Undecided {
-		r.decide(ctx)
+	if r.Mode() == Undecided && r.mu.TryLock() {
+		// (Another call deciding: this one runs by EVALSHA rather than
+		// wait for it; on a silent server every call would queue up.)
+		r.decideLocked(ctx)
+		r.mu.Unlock()
 	}
 	if r.Mode() != Functions {
 		return s.eval.Run(ctx, c, keys, args...)
@@ -123,43 +137,63 @@ func (r *Runner) Run(ctx context.Context, c Caller, s *Script, keys []string, ar
 // sends a script in a pipeline of its own, where Run cannot).
 func (r *Runner) Prepare(ctx context.Context) {
 	if r.Mode() == Undecided {
-		r.decide(ctx)
+		r.mu.Lock()
+		r.decideLocked(ctx)
+		r.mu.Unlock()
 	}
 }
 
-// Missing reports whether err says the function is not loaded on the node
-// that answered (the call did not run): Reload, then call again.
-func Missing(err error) bool { return missing(err) }
+// Loads returns the count of loads that succeeded so far, for Recover.
+func (r *Runner) Loads() uint64 { return r.loads.Load() }
+
+// Recover is Run's handling of an FCALL's error for a caller that sent it
+// itself (in a pipeline), loads being Loads() before it sent: it reports
+// whether the call did not run and may be sent again, having loaded the
+// library again ("Function not found") or turned the Runner to EVALSHA
+// (FCALL refused).
+func (r *Runner) Recover(ctx context.Context, err error, loads uint64) bool {
+	switch {
+	case err == nil:
+		return false
+	case missing(err):
+		return r.reload(ctx, loads) == nil
+	case refused(err):
+		r.settle(EvalSha, fmt.Sprintf("FCALL refused: %v", err))
+		return true
+	}
+	return false
+}
 
 func missing(err error) bool {
+	return serverSays(err, "ERR Function not found")
+}
+
+// serverSays reports whether err is a Redis error reply that begins with
+// prefix (case aside): the server's own words, which a script's error
+// (whose text may carry key names) never begins with.
+func serverSays(err error, prefix string) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(strings.ToLower(err.Error()), "function not found")
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return len(msg) >= len(prefix) && strings.EqualFold(msg[:len(prefix)], prefix)
 }
 
 // refused reports whether err is the server refusing FCALL itself (an
 // unknown command, or an ACL without it; not one that refuses a key):
 // nothing ran.
 func refused(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm") && strings.Contains(msg, "'fcall'")
+	return serverSays(err, "ERR unknown command") ||
+		serverSays(err, "NOPERM") && strings.Contains(strings.ToLower(err.Error()), "'fcall'")
 }
 
-// decide loads the library and settles the mode, unless another call did
-// or does meanwhile. A network error leaves the mode undecided (the call
-// runs by EVALSHA, the next one tries again).
-func (r *Runner) decide(ctx context.Context) {
-	if !r.mu.TryLock() {
-		// Another call is loading the library: this one runs by EVALSHA
-		// rather than wait for it (on a silent server every call would
-		// queue up behind the load).
-		return
-	}
-	defer r.mu.Unlock()
-	if r.Mode() != Undecided {
+// decideLocked loads the library and settles the mode, unless a call did
+// before. r.mu must be held. A network error, or a server error that may
+// pass (LOADING, BUSY, OOM, a Cluster changing), leaves the mode undecided:
+// the calls run by EVALSHA, and the next one after retryPause tries again.
+func (r *Runner) decideLocked(ctx context.Context) {
+	if r.Mode() != Undecided || time.Now().Before(r.retry) {
 		return
 	}
 	if v := os.Getenv(EnvVar); v == "off" {
@@ -172,8 +206,14 @@ func (r *Runner) decide(ctx context.Context) {
 		r.settleLocked(Functions, "")
 	case decisive(err):
 		r.settleLocked(EvalSha, err.Error())
+	default:
+		r.retry = time.Now().Add(retryPause)
 	}
 }
+
+// Close waits for a decision that Go started in the background (at most
+// loadTimeout). The Runner stays usable.
+func (r *Runner) Close() { r.bg.Wait() }
 
 // Reload loads the library on every master again (after "Function not
 // found"). A server that now refuses it, or holds other code under its
@@ -218,19 +258,24 @@ func (r *Runner) settleLocked(m Mode, why string) {
 // errOtherCode: a library of this name holds other code.
 var errOtherCode = errors.New("another build's library of the same name is loaded")
 
-// decisive reports whether a load's error settles the mode on EVALSHA: the
-// server answered (FUNCTION unknown or refused, the code refused, another
-// library of this name), as opposed to a network error.
+// decisive reports whether a load's error settles the mode on EVALSHA for
+// good: FUNCTION unknown (Redis < 7, a managed service) or refused (an
+// ACL), the library's code refused, or another library of this name; not
+// a network error, nor a server error that may pass.
 func decisive(err error) bool {
-	var re redis.Error
-	return errors.Is(err, errOtherCode) || errors.As(err, &re)
+	return errors.Is(err, errOtherCode) ||
+		serverSays(err, "ERR unknown command") || serverSays(err, "ERR unknown subcommand") ||
+		serverSays(err, "NOPERM") || serverSays(err, "ERR Error compiling") || serverSays(err, "ERR Error registering")
 }
 
-// loadAll loads the library on every master of a Cluster, or on the one
-// server of another client.
+// loadAll loads the library on every master of a Cluster, every shard of
+// a Ring, or the one server of another client.
 func (r *Runner) loadAll(ctx context.Context) error {
-	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return Load(ctx, m) })
+	switch c := r.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return Load(ctx, m) })
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, m *redis.Client) error { return Load(ctx, m) })
 	}
 	return Load(ctx, r.rdb)
 }
@@ -274,11 +319,20 @@ func (r *Runner) Go(ctx context.Context, c AsyncCaller, s *Script, keys []string
 	if r.Mode() == Undecided {
 		// The load must not hold up the caller (redlock sends to its
 		// masters one after another from one goroutine, and a silent
-		// master would stall the others): it runs here, bounded by ctx.
-		go func() {
-			r.decide(ctx)
-			r.send(ctx, c, s, keys, args, fn)
-		}()
+		// master would stall the others), nor use up the call's time:
+		// the call goes by EVALSHA now, the load runs in the background
+		// (one at a time, bounded by loadTimeout; Close waits for it).
+		if r.mu.TryLock() {
+			r.bg.Add(1)
+			go func() {
+				defer r.bg.Done()
+				defer r.mu.Unlock()
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+				defer cancel()
+				r.decideLocked(lctx)
+			}()
+		}
+		c.Go(ctx, s.eval, keys, args, fn)
 		return
 	}
 	r.send(ctx, c, s, keys, args, fn)
@@ -291,7 +345,11 @@ func (r *Runner) send(ctx context.Context, c AsyncCaller, s *Script, keys []stri
 	}
 	c.GoFCall(ctx, s.name, keys, args, func(cmd *redis.Cmd) {
 		if err := cmd.Err(); err != nil && (missing(err) || refused(err)) {
-			go func() { fn(r.Run(ctx, c, s, keys, args...)) }()
+			r.bg.Add(1)
+			go func() {
+				defer r.bg.Done()
+				fn(r.Run(ctx, c, s, keys, args...))
+			}()
 			return
 		}
 		fn(cmd)
