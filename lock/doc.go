@@ -129,8 +129,14 @@
 // of the same version), or with the environment variable
 // COORDKIT_REDIS_FUNCTIONS=off, the Client runs the same code by EVALSHA
 // (EVAL once after NOSCRIPT): each script is its helpers followed by its
-// body. It chooses once, at its first call; Info.Scripts (Inspect) says
-// which. Both ways hold the same keys and give the same answers.
+// body. It chooses once, at its first call (a load that fails on the
+// network, or with an error that may pass, leaves it calling by EVALSHA
+// and trying again at most once a second); Info.Scripts (Inspect) says
+// which. Both ways hold the same keys and give the same answers. When
+// Redis is over its maxmemory (noeviction), a holder still renews and
+// releases (the library's renew, release, hand-off, leave and
+// force-release may run then), and a new acquisition is refused with
+// Redis's OOM error, having written nothing (TestOutOfMemory).
 // A Client pipelines its acquisitions and releases under load: while four
 // are in flight, further ones queue and leave together in one pipeline (one
 // write and one read for the batch). An idle client sends each call at

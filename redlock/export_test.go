@@ -33,3 +33,12 @@ func InLine(c *Client, key string) int {
 	}
 	return 0
 }
+
+// DecideScripts makes every master's Runner choose FCALL or EVALSHA now
+// (a Client's first calls go by EVALSHA while it decides in the
+// background): for tests that arm a fault on the string a call carries.
+func DecideScripts(ctx context.Context, c *Client) {
+	for _, r := range c.runs {
+		r.Prepare(ctx)
+	}
+}

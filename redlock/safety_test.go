@@ -163,6 +163,7 @@ func TestLostRepliesRedlock(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := ctxTimeout(t, 20*time.Second)
 	key := uniqueKey(t)
+	redlock.DecideScripts(ctx, c) // the calls carry what Carried says
 
 	losers[0].Arm(redlock.Scripts()["acquire.lua"].Carried())
 	first := mustObtain(t, ctx, c, key)

@@ -286,3 +286,24 @@ func TestLibraryVersion(t *testing.T) {
 		t.Fatalf("library header: %.40q", redisfn.Code())
 	}
 }
+
+// TestRingLoadsEveryShard: a Ring (which redlock takes as a master) sends
+// commands without keys to one shard: the library is loaded on each.
+func TestRingLoadsEveryShard(t *testing.T) {
+	functionsAllowed(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	a, b := testserver.StartRedis(t), testserver.StartRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	defer ring.Close()
+	r := redisfn.NewRunner(ring, nil)
+	call(t, r, ring, "k")
+	if r.Mode() != redisfn.Functions {
+		t.Fatalf("mode %v (%q)", r.Mode(), r.Why())
+	}
+	for _, s := range []*testserver.Redis{a, b} {
+		libs, err := s.Client(t).FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: redisfn.Library}).Result()
+		if err != nil || len(libs) != 1 {
+			t.Fatalf("shard %s: %v %v", s.Addr(), libs, err)
+		}
+	}
+}
