@@ -31,6 +31,7 @@ type ablation struct {
 	evalsha    bool                    // run the shipped scripts by EVALSHA
 	levels     bool                    // the acquisition records its level (a request id)
 	fewKeys    bool                    // acquire gets the two keys its uncontended path touches, not four
+	empty      bool                    // functions that answer at once: the cost of the calls alone
 }
 
 var ablations = []ablation{
@@ -41,6 +42,15 @@ var ablations = []ablation{
 	{name: "no stored answer", what: "release stores no answer: a resent release answers \"not held\" for a lock it freed", levels: true, edit: noMarker},
 	{name: "none of the three", what: "all three taken out", levels: false, edit: func(s string) string { return noMarker(noClockFloor(s)) }},
 	{name: "none, and 2 keys", what: "and acquire gets only the hash and the counter (the queue's keys undeclared: a contended call could not queue)", levels: false, fewKeys: true, edit: func(s string) string { return noMarker(noClockFloor(s)) }},
+	{name: "calls alone", what: "functions that answer at once, with the shipped keys and arguments: the floor of two FCALLs", levels: true, empty: true},
+}
+
+// emptyLibrary is the "calls alone" row's library: its acquire and
+// release answer as a free lock's would, running no command.
+func emptyLibrary(i int) string {
+	return fmt.Sprintf("#!lua name=coordkit_ablate_%d\n"+
+		"redis.register_function('%sacquire', function(KEYS, ARGV) return {1, 1, 1} end)\n"+
+		"redis.register_function('%srelease', function(KEYS, ARGV) return 0 end)\n", i, ablationName(i), ablationName(i))
 }
 
 // noClockFloor replaces fence.lua's new_token by an INCR of the counter.
@@ -113,6 +123,9 @@ func ablationName(i int) string { return fmt.Sprintf("ab%d_", i) }
 func loadAblation(ctx context.Context, rdb redis.UniversalClient, i int, a ablation) error {
 	if err := redisfn.Load(ctx, rdb); err != nil {
 		return err
+	}
+	if a.empty {
+		return rdb.FunctionLoadReplace(ctx, emptyLibrary(i)).Err()
 	}
 	if a.edit == nil && a.levels {
 		return nil
@@ -187,7 +200,7 @@ func onePair(ctx context.Context, rdb redis.UniversalClient, k int, key string, 
 		}
 	default:
 		prefix := fmt.Sprintf("ck%d_", redisfn.Version)
-		if a.edit != nil || !a.levels {
+		if a.edit != nil || !a.levels || a.empty {
 			prefix = ablationName(k)
 		}
 		acq = rdb.FCall(ctx, prefix+"acquire", acqKeys, acqArgs...)
