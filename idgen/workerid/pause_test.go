@@ -40,8 +40,15 @@ const pauseHolderEnv = "WORKERID_TEST_PAUSE_HOLDER"
 const (
 	pauseService = "paused"
 	pauseTTL     = time.Second // the Redis lease's TTL; ZooKeeper: zkSession
-	ringSize     = 1 << 16     // IDs each issuing goroutine keeps: its last ones
-	issuers      = 4
+	// newcomerTTL is the new holder's lease TTL (its ZooKeeper session's
+	// timeout): longer than the stopped holder's, so that a starved host
+	// cannot end it before it issues (.ci/run failed the test once with
+	// "not confirmed in time" on the newcomer's 2 s ZooKeeper session, 0 new
+	// IDs to compare). The stopped holder's own TTL sets when the ID is
+	// free, and what the test checks.
+	newcomerTTL = 8 * time.Second
+	ringSize    = 1 << 16 // IDs each issuing goroutine keeps: its last ones
+	issuers     = 4
 )
 
 // pauseHolder runs in the holder process: it leases worker ID 0, prints
@@ -157,7 +164,7 @@ func TestPausedHolderIssuesNothing(t *testing.T) {
 			case "redis":
 				srv := testserver.StartRedis(t)
 				spec = "redis " + srv.Addr() + " " + root + ":"
-				l, err := workerid.NewRedis(srv.Client(t), workerid.WithMax(0), workerid.WithTTL(pauseTTL), workerid.WithPrefix(root+":"))
+				l, err := workerid.NewRedis(srv.Client(t), workerid.WithMax(0), workerid.WithTTL(newcomerTTL), workerid.WithPrefix(root+":"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -165,7 +172,7 @@ func TestPausedHolderIssuesNothing(t *testing.T) {
 				expire = pauseTTL
 			case "zk":
 				spec = "zk " + strings.Join(zkServer.Servers(), ",") + " " + root
-				l := zkLeaserOn(t, zkServer.DialT(t, zkSession, nil), zkSession, workerid.WithMax(0))
+				l := zkLeaserOn(t, zkServer.DialT(t, newcomerTTL, nil), newcomerTTL, workerid.WithMax(0))
 				newcomer = func() *workerid.Lease { return leaseWhenFree(t, ctx, l.Lease) }
 				expire = zkSession
 			case "mariadb", "postgres":
@@ -175,7 +182,7 @@ func TestPausedHolderIssuesNothing(t *testing.T) {
 				}
 				table := s.newTable(t)
 				spec = s.driver + " " + s.dsnAt(s.srv().Addr()) + " " + table
-				l := s.leaser(t, table, workerid.WithMax(0), workerid.WithTTL(pauseTTL))
+				l := s.leaser(t, table, workerid.WithMax(0), workerid.WithTTL(newcomerTTL))
 				newcomer = func() *workerid.Lease { return leaseWhenFree(t, ctx, l.Lease) }
 				expire = pauseTTL // by the database's clock
 			}
