@@ -184,19 +184,17 @@ type lossyRelease struct {
 }
 
 func (r *lossyRelease) FCall(ctx context.Context, fn string, keys []string, args ...any) *redis.Cmd {
-	cmd := r.UniversalClient.FCall(ctx, fn, keys, args...)
-	if fn == r.fn && r.lose && cmd.Err() == nil {
-		r.lose = false
-		bad := redis.NewCmd(ctx)
-		bad.SetErr(errors.New("read tcp: i/o timeout"))
-		return bad
-	}
-	return cmd
+	return r.loseIf(ctx, fn == r.fn, r.UniversalClient.FCall(ctx, fn, keys, args...))
 }
 
 func (r *lossyRelease) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	cmd := r.UniversalClient.EvalSha(ctx, sha, keys, args...)
-	if sha == r.sha && r.lose && cmd.Err() == nil {
+	return r.loseIf(ctx, sha == r.sha, r.UniversalClient.EvalSha(ctx, sha, keys, args...))
+}
+
+// loseIf answers cmd, the release's if release, with a network error
+// instead, once armed (lose).
+func (r *lossyRelease) loseIf(ctx context.Context, release bool, cmd *redis.Cmd) *redis.Cmd {
+	if release && r.lose && cmd.Err() == nil {
 		r.lose = false
 		bad := redis.NewCmd(ctx)
 		bad.SetErr(errors.New("read tcp: i/o timeout"))
