@@ -196,8 +196,10 @@
 // Cluster a wake-up is a PUBLISH on the key's master that reaches the
 // waiter's connection, on whichever master its channel hashes to, over the
 // cluster bus: measured on Redis 7.0 on loopback, p50 138 µs but p99 39 ms
-// when it crosses (393 µs when it does not), so a hot key's hand-offs on a
-// Cluster stall that long now and then (bench/README.md, lockproc Run 10).
+// when it crosses (393 µs when it does not; the bus's outgoing connections
+// lack TCP_NODELAY: redis/redis#11869, valkey-io/valkey#1758), so a hot
+// key's hand-offs on a Cluster stall that long now and then (bench/README.md,
+// lockproc Run 10).
 //
 // Fair mode (WithFair): a free lock is only taken by the first live waiter
 // in the queue (or by anyone when the queue is empty), so waiters are served
