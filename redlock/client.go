@@ -233,11 +233,11 @@ func (c *Client) Close() error {
 		h.wd.Lose(lock.ErrClosed)
 	}
 	c.bg.Wait()
-	for _, r := range c.runs {
-		r.Close() // a load in the background, before the pipeliners close
-	}
 	for _, p := range c.pipes {
-		p.Close()
+		p.Close() // their answers' callbacks, which may hand a call to its Runner
+	}
+	for _, r := range c.runs {
+		r.Close() // a load, or such a call, in the background
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/hashlock"
+	"github.com/coordkit/coordkit/internal/pipe"
 	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/testserver"
 )
@@ -305,5 +306,39 @@ func TestRingLoadsEveryShard(t *testing.T) {
 		if err != nil || len(libs) != 1 {
 			t.Fatalf("shard %s: %v %v", s.Addr(), libs, err)
 		}
+	}
+}
+
+// TestGoReloadAfterFlush: Go, the form redlock sends through its
+// pipeliners, after FUNCTION FLUSH: the answer "Function not found" (the
+// call did not run) is not handed on; the library is loaded again and the
+// call sent once more, off the pipeliner's goroutine; Close waits for it.
+func TestGoReloadAfterFlush(t *testing.T) {
+	functionsAllowed(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	srv := testserver.StartRedis(t)
+	rdb := srv.Client(t)
+	p := pipe.New(rdb, 1)
+	r := redisfn.NewRunner(rdb, nil)
+	r.Prepare(ctx)
+	if r.Mode() != redisfn.Functions {
+		t.Fatalf("mode %v (%q)", r.Mode(), r.Why())
+	}
+	if err := rdb.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	r.Go(ctx, p, redisfn.Inspect, hashlock.LockKeys("coordkit:lock:", "k"), nil, func(cmd *redis.Cmd) { got <- cmd.Err() })
+	if err := <-got; err != nil {
+		t.Fatalf("Go after FUNCTION FLUSH: %v", err)
+	}
+	p.Close()
+	r.Close()
+	if r.Mode() != redisfn.Functions {
+		t.Fatalf("mode %v (%q) after the reload", r.Mode(), r.Why())
+	}
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: redisfn.Library}).Result()
+	if err != nil || len(libs) != 1 {
+		t.Fatalf("library after the reload: %v %v", libs, err)
 	}
 }

@@ -112,25 +112,20 @@ func (r *Runner) Run(ctx context.Context, c Caller, s *Script, keys []string, ar
 	}
 	loads := r.loads.Load()
 	cmd := c.FCall(ctx, s.name, keys, args...)
-	switch err := cmd.Err(); {
-	case err == nil:
-	case missing(err):
-		// The node has lost the library (it did not run the call):
-		// load it again and send the call once more.
-		if err := r.reload(ctx, loads); err != nil {
-			return cmd
-		}
-		if r.Mode() != Functions {
-			return s.eval.Run(ctx, c, keys, args...)
-		}
-		return c.FCall(ctx, s.name, keys, args...)
-	case refused(err):
-		// FCALL itself is refused now (an ACL changed, the node is older):
-		// the call did not run.
-		r.settle(EvalSha, fmt.Sprintf("FCALL refused: %v", err))
+	if !r.Recover(ctx, cmd.Err(), loads) {
+		return cmd
+	}
+	// It did not run: the library is loaded again, or FCALL was refused.
+	return r.again(ctx, c, s, keys, args)
+}
+
+// again sends a call that did not run once more, after Recover: by FCALL,
+// or by EVALSHA if the Runner has turned to it.
+func (r *Runner) again(ctx context.Context, c Caller, s *Script, keys []string, args []any) *redis.Cmd {
+	if r.Mode() != Functions {
 		return s.eval.Run(ctx, c, keys, args...)
 	}
-	return cmd
+	return c.FCall(ctx, s.name, keys, args...)
 }
 
 // Prepare chooses FCALL or EVALSHA now if no call has (for a caller that
@@ -211,8 +206,10 @@ func (r *Runner) decideLocked(ctx context.Context) {
 	}
 }
 
-// Close waits for a decision that Go started in the background (at most
-// loadTimeout). The Runner stays usable.
+// Close waits for what Go started in the background: a decision (at most
+// loadTimeout), or a call sent again after "Function not found". Close the
+// AsyncCaller first: its answers may hand a call back. The Runner stays
+// usable.
 func (r *Runner) Close() { r.bg.Wait() }
 
 // Reload loads the library on every master again (after "Function not
@@ -343,12 +340,17 @@ func (r *Runner) send(ctx context.Context, c AsyncCaller, s *Script, keys []stri
 		c.Go(ctx, s.eval, keys, args, fn)
 		return
 	}
+	loads := r.loads.Load()
 	c.GoFCall(ctx, s.name, keys, args, func(cmd *redis.Cmd) {
 		if err := cmd.Err(); err != nil && (missing(err) || refused(err)) {
+			// Recover may load the library: not on the sender's goroutine.
 			r.bg.Add(1)
 			go func() {
 				defer r.bg.Done()
-				fn(r.Run(ctx, c, s, keys, args...))
+				if r.Recover(ctx, err, loads) {
+					cmd = r.again(ctx, c, s, keys, args)
+				}
+				fn(cmd)
 			}()
 			return
 		}
