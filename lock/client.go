@@ -49,7 +49,7 @@ type Client struct {
 	mu      sync.Mutex // protects the fields below and every lease's released
 	holds   map[holdKey]*hold
 	waiters map[string]chan int64 // by call id: a wake-up (0) or a grant's token
-	sub     *subscription         // nil until the first wait that needs notification
+	listen  *notify.Listener      // the wake-up channel, subscribed by the first wait on each server
 	closed  bool
 
 	// Script arguments that never change, boxed once: passing a string or
@@ -91,15 +91,6 @@ type hold struct {
 	confirmed atomic.Bool
 }
 
-// subscription is the client's one Pub/Sub connection, subscribed to its
-// own wake-up channel.
-type subscription struct {
-	ready chan struct{} // closed once subscribed, or failed (err)
-	err   error         // written before ready is closed
-	ps    *redis.PubSub
-	done  chan struct{} // closed when the dispatching goroutine ends
-}
-
 // New returns a Client that locks keys on rdb, which it does not close. It
 // returns a Client even for an invalid argument (nil rdb, a bad option):
 // Err reports it at once, and every Obtain and TryObtain returns that error
@@ -135,6 +126,7 @@ func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
 		c.argMeta, c.acquireKeys = o.meta, 5
 		c.id = "m" + c.id // a grant to this client's waiters looks for their metadata (queue.lua)
 	}
+	c.listen = notify.NewListener(rdb, func(_, msg string) { c.wake(msg) })
 	c.err = checkClient(rdb, &o)
 	return c
 }
@@ -323,7 +315,6 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 	keys := c.keys(key)
 	notified := o.Retry == nil
 	queue := wait && (notified || c.o.fair) // a polling waiter outside fair mode does not queue
-	subscribed := c.subscribed()
 	grant := c.grantTTL(o.TTL)
 	// The queue entry is "<id>|<grant ms>|<owner>". acquire.lua gets its
 	// middle, "|<grant ms>|", and makes the entry from the call id and the
@@ -342,7 +333,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 	waiter := func() string { return id + g + owner }
 	// A client subscribes to its wake-up channel on its first wait, not its
 	// first Obtain: until then a first attempt does not queue.
-	subscribeFirst := queue && notified && !subscribed
+	subscribeFirst := queue && notified && !c.listen.Subscribed(ctx, keys[0], c.chanPrefix+c.id)
 	// Boxed once per call (and the default TTL once per client).
 	var argTTL, argID any = c.argTTL, id
 	if !o.DefaultTTL { // a TTL the caller chose: a re-entry raises the hold's to it
@@ -394,7 +385,7 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 			return nil, ErrNotObtained
 		}
 		if subscribeFirst {
-			if err := c.subscribe(ctx); err != nil {
+			if err := c.subscribe(ctx, keys[0]); err != nil {
 				return nil, err
 			}
 			subscribeFirst = false
@@ -599,13 +590,6 @@ func (c *Client) begin() (string, error) {
 	return c.nextID(), nil
 }
 
-// subscribed reports whether the client's wake-up subscription is up.
-func (c *Client) subscribed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sub != nil && c.sub.ps != nil
-}
-
 // register makes id's wake-up channel; it must run before the first attempt
 // that queues id, so that no wake-up can arrive unregistered.
 func (c *Client) register(id string) (chan int64, error) {
@@ -637,74 +621,21 @@ func (c *Client) waiterChan(id string) chan int64 {
 	return c.waiters[id]
 }
 
-// subscribe makes sure the client's Pub/Sub connection is subscribed to its
-// wake-up channel before any of its waiters is queued, so that no wake-up
-// is published before anyone listens.
-func (c *Client) subscribe(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+// subscribe makes sure the client's wake-up channel is subscribed on the
+// server that holds key (the master of its slot on a Cluster) before any of
+// its waiters for key is queued, so that no wake-up is published before
+// anyone listens.
+func (c *Client) subscribe(ctx context.Context, key string) error {
+	switch err := c.listen.Listen(ctx, key, c.chanPrefix+c.id); {
+	case err == nil:
+		return nil
+	case errors.Is(err, notify.ErrClosed):
 		return ErrClosed
-	}
-	s := c.sub
-	first := s == nil
-	if first {
-		s = &subscription{ready: make(chan struct{}), done: make(chan struct{})}
-		c.sub = s
-	}
-	c.mu.Unlock()
-	if first {
-		c.startSubscription(s)
-	}
-	select {
-	case <-s.ready:
-	case <-ctx.Done():
+	case ctx.Err() != nil:
 		return errors.Join(ErrNotObtained, ctx.Err())
+	default:
+		return fmt.Errorf("lock: subscribe: %w", err)
 	}
-	if s.err != nil {
-		return fmt.Errorf("lock: subscribe: %w", s.err)
-	}
-	return nil
-}
-
-// startSubscription subscribes (on its own timeout: the connection serves
-// every waiter of the client) and starts the dispatching goroutine, owned
-// by the client: Close ends and waits for it.
-func (c *Client) startSubscription(s *subscription) {
-	defer close(s.ready)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ps := c.rdb.Subscribe(ctx, c.chanPrefix+c.id)
-	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
-		ps.Close()
-		s.err = err
-		close(s.done)
-		c.mu.Lock()
-		if c.sub == s {
-			c.sub = nil // the next waiter tries again
-		}
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Lock()
-	closed := c.closed
-	if !closed {
-		s.ps = ps
-	}
-	c.mu.Unlock()
-	if closed {
-		ps.Close()
-		s.err = ErrClosed
-		close(s.done)
-		return
-	}
-	ch := ps.Channel(redis.WithChannelSize(1024))
-	go func() {
-		defer close(s.done)
-		for m := range ch {
-			c.wake(m.Payload)
-		}
-	}()
 }
 
 // Close stops the client: it closes the Pub/Sub connection, wakes every
@@ -723,19 +654,12 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	close(c.quit)
-	s := c.sub
 	holds := make([]*hold, 0, len(c.holds))
 	for _, h := range c.holds {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
-	if s != nil {
-		<-s.ready
-		if s.ps != nil {
-			s.ps.Close()
-		}
-		<-s.done
-	}
+	c.listen.Close()
 	for _, h := range holds {
 		h.wd.Lose(ErrClosed)
 	}

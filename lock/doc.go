@@ -101,7 +101,7 @@
 //	P{key}:qt         zset    waiter -> deadline (Redis server time, ms)
 //	P{key}:qtm        hash    waiter -> its client's holder metadata (WithHolderMeta; such a client's id starts with "m"), while queued
 //	P{key}:r:<id>     string  answer of the release of the level taken by call <id>, kept for the release window
-//	P wake:<client>   channel one per Client; a message names one of its waiters: "<client id>:<n>"
+//	P wake:<client>   channel one per Client (subscribed on each server that holds a key it waits for); a message names one of its waiters: "<client id>:<n>"
 //	                          (wake up and try) or "<client id>:<n>|<token>" (the lock is granted to you)
 //
 // (The channel is "P" + "wake:" + the client id.) Simple uses a string at
@@ -184,22 +184,31 @@
 // plain "<client id>:<n>" entries: a release only wakes them, and they
 // acquire in their next round trip.)
 //
-// Waiting: every Client has one Pub/Sub connection, opened by its first wait
-// and subscribed to its own channel only, never one per waiter or per key.
-// It is subscribed before any of its waiters is queued, and each waiter is
-// registered locally before its first attempt, so no wake-up is missed. Each
+// Waiting: a Client's waiters share its one channel, never one per waiter or
+// per key, subscribed where the releases publish: on the server that holds
+// the key (on a Redis Cluster the master of the key's slot, on a Ring the
+// key's shard), one Pub/Sub connection per server, opened by the first
+// wait for a key there and kept until Close. It is subscribed, and the
+// subscription confirmed, before any of its waiters for a key there is
+// queued, and each waiter is registered locally before its first attempt,
+// so no wake-up is missed. Each
 // wait is bounded by the holder's PTTL (the lock may expire without a
 // release) and by a third of the waiter timeout (a queued waiter calls in to
 // keep its place); ctx ends the wait (the waiter then leaves the queue:
 // leave.lua, which passes the lock on if it is free). A message lost with
-// the Pub/Sub connection costs at most one of those bounds. On a Redis
-// Cluster a wake-up is a PUBLISH on the key's master that reaches the
-// waiter's connection, on whichever master its channel hashes to, over the
-// cluster bus: measured on Redis 7.0 on loopback, p50 138 µs but p99 39 ms
-// when it crosses (393 µs when it does not; the bus's outgoing connections
-// lack TCP_NODELAY: redis/redis#11869, valkey-io/valkey#1758), so a hot
-// key's hand-offs on a Cluster stall that long now and then (bench/README.md,
-// lockproc Run 10).
+// the Pub/Sub connection costs at most one of those bounds. Why on the
+// key's server: a Ring's shards forward no message, and a Cluster forwards
+// a PUBLISH to its other masters over the cluster bus, whose outgoing
+// connections lack TCP_NODELAY (redis/redis#11869, valkey-io/valkey#1758):
+// measured on Redis 7.0 on loopback, a message that crosses the bus arrives
+// p99 39 ms late (393 µs when it does not), which stalled a hot key's
+// hand-offs on a Cluster until its waiters listened on the key's master
+// (bench/README.md, lockproc Runs 10 and 11). A Client that waits for keys
+// on several masters is subscribed on each, and the bus brings it a late
+// copy of each message from the others: a copy for a waiter that is gone
+// is dropped, and a late grant is told apart by its token (above). A key
+// whose slot moves after its waiter listened is still heard, over the bus,
+// until the next wait for it there subscribes on its new master.
 //
 // Fair mode (WithFair): a free lock is only taken by the first live waiter
 // in the queue (or by anyone when the queue is empty), so waiters are served

@@ -32,3 +32,7 @@ func InLine(c *Client, key string) int {
 	}
 	return 0
 }
+
+// WakeChannel returns c's wake-up channel: a release publishes there the
+// messages that wake or grant c's waiters.
+func WakeChannel(c *Client) string { return c.chanPrefix + c.id }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/internal/lockopt"
+	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/observe"
 	"github.com/coordkit/coordkit/internal/redisfn"
 	"github.com/coordkit/coordkit/internal/redisver"
@@ -66,7 +67,9 @@ type RWLocker interface {
 // writer past: it is never returned. Obtain releases it and tries again as
 // a new level (TryObtain answers ErrNotObtained), as Client's Obtain does.
 // Waiters listen on the key's
-// channel over the RW's one Pub/Sub connection: a write release wakes every
+// channel, subscribed on the server that holds the key (the master of its
+// slot on a Cluster, its shard on a Ring: one Pub/Sub connection per
+// server) while a waiter of the RW waits there: a write release wakes every
 // waiting reader at once (they all may enter), and the last read release
 // wakes the writers, who race for it.
 //
@@ -100,8 +103,7 @@ type RW struct {
 
 	mu      sync.Mutex
 	closed  bool
-	ps      *redis.PubSub
-	psDone  chan struct{}
+	listen  *notify.Listener                      // the keys' channels, each on its key's server
 	waiters map[string]map[chan struct{}]struct{} // by channel
 	leases  map[*rwLease]struct{}
 	writes  map[holdKey]map[*rwLease]struct{} // the write levels in leases, by key and owner
@@ -124,6 +126,7 @@ func NewRW(rdb redis.UniversalClient, opts ...ClientOption) *RW {
 	rw := &RW{rdb: rdb, run: redisfn.NewRunner(rdb, o.logger), o: o, id: NewOwner(), waiters: map[string]map[chan struct{}]struct{}{},
 		leases: map[*rwLease]struct{}{}, writes: map[holdKey]map[*rwLease]struct{}{}, quit: make(chan struct{})}
 	rw.obs = observe.NewLock("coordkit/lock.RW", o.logger, o.metrics, o.metricsKey, ErrClosed)
+	rw.listen = notify.NewListener(rdb, rw.wake)
 	rw.err = checkClient(rdb, &o)
 	return rw
 }
@@ -187,10 +190,10 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 	var woken chan struct{}
 	if wait {
 		var err error
-		if woken, err = rw.listen(ctx, keys[4]); err != nil {
+		if woken, err = rw.subscribe(ctx, keys[0], keys[4]); err != nil {
 			return nil, err
 		}
-		defer rw.unlisten(keys[4], woken)
+		defer rw.unsubscribe(keys[0], keys[4], woken)
 	}
 	waiter := ""
 	if wait && mode == "w" {
@@ -266,64 +269,72 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 	}
 }
 
-// listen registers a waiter on a key's channel, subscribing the RW's one
-// Pub/Sub connection to it if no one listens there yet. The subscription
-// is confirmed before the first attempt, so no release is missed.
-func (rw *RW) listen(ctx context.Context, ch string) (chan struct{}, error) {
+// subscribe registers a waiter on a key's channel, which the RW's Listener
+// subscribes on the server that holds key (the master of its slot on a
+// Cluster) if no one listens there yet, and returns once the subscription
+// is confirmed: no release after it is missed.
+func (rw *RW) subscribe(ctx context.Context, key, ch string) (chan struct{}, error) {
 	rw.mu.Lock()
-	defer rw.mu.Unlock()
 	if rw.closed {
+		rw.mu.Unlock()
 		return nil, ErrClosed
 	}
 	w := make(chan struct{}, 1)
 	set := rw.waiters[ch]
 	if set == nil {
-		if rw.ps == nil {
-			rw.ps = rw.rdb.Subscribe(ctx)
-			rw.psDone = make(chan struct{})
-			msgs := rw.ps.Channel(redis.WithChannelSize(1024))
-			go func() { // owned by rw: Close closes ps, which ends msgs
-				defer close(rw.psDone)
-				for m := range msgs {
-					rw.mu.Lock()
-					for w := range rw.waiters[m.Channel] {
-						select {
-						case w <- struct{}{}:
-						default:
-						}
-					}
-					rw.mu.Unlock()
-				}
-			}()
-		}
-		if err := rw.ps.Subscribe(ctx, ch); err != nil {
-			return nil, fmt.Errorf("lock: rw subscribe: %w", err)
-		}
 		set = map[chan struct{}]struct{}{}
 		rw.waiters[ch] = set
 	}
 	set[w] = struct{}{}
-	return w, nil
+	rw.mu.Unlock()
+	// Outside rw.mu: the Listener's dispatcher, which confirms the
+	// subscription, takes rw.mu to deliver messages.
+	err := rw.listen.Listen(ctx, key, ch)
+	if err == nil {
+		return w, nil
+	}
+	rw.forget(ch, w)
+	switch {
+	case errors.Is(err, notify.ErrClosed):
+		return nil, ErrClosed
+	case ctx.Err() != nil:
+		return nil, errors.Join(ErrNotObtained, ctx.Err())
+	}
+	return nil, fmt.Errorf("lock: rw subscribe: %w", err)
 }
 
-func (rw *RW) unlisten(ch string, w chan struct{}) {
+// unsubscribe takes back a subscribe that returned w.
+func (rw *RW) unsubscribe(key, ch string, w chan struct{}) {
+	rw.forget(ch, w)
+	rw.listen.Unlisten(key, ch)
+}
+
+// forget drops the waiter w on ch.
+func (rw *RW) forget(ch string, w chan struct{}) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	set := rw.waiters[ch]
 	delete(set, w)
 	if len(set) == 0 {
 		delete(rw.waiters, ch)
-		if rw.ps != nil && !rw.closed {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			rw.ps.Unsubscribe(ctx, ch) // best effort: a stray message only wakes no one
-			cancel()
+	}
+}
+
+// wake wakes every local waiter on ch.
+func (rw *RW) wake(ch, _ string) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	for w := range rw.waiters[ch] {
+		select {
+		case w <- struct{}{}:
+		default:
 		}
 	}
 }
 
 // Close stops the client: waiting calls return ErrClosed, held leases stop
 // being renewed (Lost closes with cause ErrClosed; the holds expire after
-// their TTL unless released), the Pub/Sub connection closes.
+// their TTL unless released), the Pub/Sub connections close.
 func (rw *RW) Close() error {
 	rw.mu.Lock()
 	if rw.closed {
@@ -332,16 +343,12 @@ func (rw *RW) Close() error {
 	}
 	rw.closed = true
 	close(rw.quit)
-	ps, done := rw.ps, rw.psDone
 	leases := make([]*rwLease, 0, len(rw.leases))
 	for l := range rw.leases {
 		leases = append(leases, l)
 	}
 	rw.mu.Unlock()
-	if ps != nil {
-		ps.Close()
-		<-done
-	}
+	rw.listen.Close()
 	for _, l := range leases {
 		l.wd.Lose(ErrClosed)
 	}

@@ -151,7 +151,13 @@
 // master publishes the id of the first live waiter there on that waiter's
 // client's channel; each Client subscribes once per master (one Pub/Sub
 // connection per master, opened by its first wait, never one per waiter),
-// so the right waiter wakes and tries again at once. A waiter that gets
+// so the right waiter wakes and tries again at once. (A master is meant to
+// be one server, a *redis.Client. Given a Cluster as a master, the
+// subscription is on the node go-redis picks for the channel's name, and a
+// wake-up published on another node crosses the cluster bus, up to 40 ms
+// late; given a Ring, wake-ups from the shards other than the channel's are
+// not heard, and waiters call in on their timers. Package lock's clients
+// subscribe on each key's server instead.) A waiter that gets
 // the lock leaves the queues of the masters it did not get. Each wait is
 // bounded by the holder's remaining TTL and a third of the waiter timeout
 // (a queued waiter calls in to keep its place), and always by ctx. An

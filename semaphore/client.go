@@ -117,10 +117,7 @@ type Client struct {
 	closed  bool
 	waiters map[string]chan int64 // by permit id: a wake-up (0) or a grant's token
 	permits map[*Permit]struct{}
-	ps      *redis.PubSub
-	psReady chan struct{} // closed once ps is subscribed (or failed: psErr)
-	psErr   error
-	psDone  chan struct{} // closed when the dispatching goroutine ends
+	listen  *notify.Listener // the wake-up channel, subscribed by the first wait on each server
 }
 
 var _ lock.Locker = (*Client)(nil)
@@ -138,6 +135,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{rdb: rdb, run: redisfn.NewRunner(rdb, o.logger), o: o, id: strings.ReplaceAll(uuid.NewString(), "-", ""),
 		quit: make(chan struct{}), waiters: map[string]chan int64{}, permits: map[*Permit]struct{}{}}
 	c.wake = o.prefix + "wake:" + c.id
+	c.listen = notify.NewListener(rdb, func(_, msg string) { c.deliver(msg) })
 	c.obs = observe.NewLock("coordkit/semaphore", o.logger, o.metrics, o.metricsKey, ErrClosed)
 	switch {
 	case rdb == nil:
@@ -248,9 +246,10 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		return nil, fmt.Errorf("%w: semaphore: TTL %v below %v", lock.ErrInvalid, ttl, watchdog.MinTTL)
 	}
 	id := c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
+	keys := c.keys(name)
 	var woken chan int64
 	if wait {
-		if err := c.subscribe(ctx); err != nil {
+		if err := c.subscribe(ctx, keys[0]); err != nil {
 			return nil, err
 		}
 		var err error
@@ -259,7 +258,6 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		}
 		defer c.unregister(id)
 	}
-	keys := c.keys(name)
 	argWait, argGrant := "0", ""
 	grant := c.grantTTL(ttl)
 	if wait {
@@ -418,60 +416,20 @@ func (c *Client) unregister(id string) {
 	c.mu.Unlock()
 }
 
-// subscribe opens the client's one Pub/Sub connection, on its own channel,
-// the first time a caller needs to wait.
-func (c *Client) subscribe(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+// subscribe makes sure the client's wake-up channel is subscribed on the
+// server that holds key (the master of its slot on a Cluster) before the
+// caller queues there, so that no wake-up is missed.
+func (c *Client) subscribe(ctx context.Context, key string) error {
+	switch err := c.listen.Listen(ctx, key, c.wake); {
+	case err == nil:
+		return nil
+	case errors.Is(err, notify.ErrClosed):
 		return ErrClosed
-	}
-	if c.psReady != nil {
-		ready := c.psReady
-		c.mu.Unlock()
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return errors.Join(lock.ErrNotObtained, ctx.Err())
-		}
-		c.mu.Lock()
-		err := c.psErr
-		if err != nil { // let the next caller try again
-			c.psReady = nil
-		}
-		c.mu.Unlock()
-		return err
-	}
-	ready := make(chan struct{})
-	c.psReady = ready
-	c.mu.Unlock()
-
-	ps := c.rdb.Subscribe(ctx, c.wake)
-	_, err := ps.Receive(ctx)
-	c.mu.Lock()
-	switch {
-	case err != nil:
-		c.psErr = fmt.Errorf("semaphore: subscribe: %w", err)
-	case c.closed:
-		c.psErr = ErrClosed
+	case ctx.Err() != nil:
+		return errors.Join(lock.ErrNotObtained, ctx.Err())
 	default:
-		c.ps, c.psDone = ps, make(chan struct{})
-		ch := ps.Channel(redis.WithChannelSize(1024))
-		go func() { // owned by the client: Close closes ps, which ends ch
-			defer close(c.psDone)
-			for m := range ch {
-				c.deliver(m.Payload)
-			}
-		}()
+		return fmt.Errorf("semaphore: subscribe: %w", err)
 	}
-	err = c.psErr
-	if err != nil {
-		ps.Close()
-		c.psReady = nil
-	}
-	c.mu.Unlock()
-	close(ready)
-	return err
 }
 
 // deliver passes a message of the client's channel to the local waiter it
@@ -498,16 +456,12 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	close(c.quit)
-	ps, done := c.ps, c.psDone
 	permits := make([]*Permit, 0, len(c.permits))
 	for p := range c.permits {
 		permits = append(permits, p)
 	}
 	c.mu.Unlock()
-	if ps != nil {
-		ps.Close()
-		<-done
-	}
+	c.listen.Close()
 	for _, p := range permits {
 		p.wd.Lose(ErrClosed)
 	}

@@ -84,7 +84,9 @@
 // server time + TTL, and its fencing token is the larger of the counter + 1
 // and the server's clock in microseconds (so a counter restored from older
 // data cannot repeat a token, as in package lock). Otherwise the caller
-// queues (Acquire) and waits on its client's one Pub/Sub connection.
+// queues (Acquire) and waits on its client's channel, subscribed on the
+// server that holds the semaphore (as in package lock: the master of its
+// slot on a Cluster, its shard on a Ring).
 //
 // A release hands its permit over in the same script, as package lock's
 // release grants the lock: if a live waiter is queued, the first one

@@ -15,3 +15,6 @@ func SetZKHookBeforePermit(f func(name string)) (restore func()) {
 	zkHookBeforePermit = f
 	return func() { zkHookBeforePermit = old }
 }
+
+// WakeChannel returns c's wake-up channel.
+func WakeChannel(c *Client) string { return c.wake }

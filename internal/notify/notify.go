@@ -1,6 +1,7 @@
-// Package notify delivers the wake-up messages of a client's Pub/Sub
-// channel to its local waiters: the one format package lock and package
-// semaphore share. A message names one waiter: "<id>" wakes it (try
+// Package notify receives the wake-up messages of Pub/Sub channels on the
+// servers that publish them (Listener: on the server that holds each key)
+// and delivers them to local waiters in the one format package lock and
+// package semaphore share. A message names one waiter: "<id>" wakes it (try
 // again), "<id>|<token>" tells it a release granted it the lock or a
 // permit, with that fencing token.
 package notify
