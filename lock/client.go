@@ -626,7 +626,7 @@ func (c *Client) waiterChan(id string) chan int64 {
 // its waiters for key is queued, so that no wake-up is published before
 // anyone listens.
 func (c *Client) subscribe(ctx context.Context, key string) error {
-	switch err := c.listen.Listen(ctx, key, c.chanPrefix+c.id); {
+	switch _, err := c.listen.Listen(ctx, key, c.chanPrefix+c.id); {
 	case err == nil:
 		return nil
 	case errors.Is(err, notify.ErrClosed):
@@ -638,7 +638,7 @@ func (c *Client) subscribe(ctx context.Context, key string) error {
 	}
 }
 
-// Close stops the client: it closes the Pub/Sub connection, wakes every
+// Close stops the client: it closes its Pub/Sub connections, wakes every
 // waiting Obtain (which returns ErrClosed), and stops renewing held leases,
 // whose Lost channels close with cause ErrClosed; the locks expire after
 // their TTL unless released. Close does not close the Redis client. It is

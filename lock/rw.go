@@ -190,10 +190,11 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 	var woken chan struct{}
 	if wait {
 		var err error
-		if woken, err = rw.subscribe(ctx, keys[0], keys[4]); err != nil {
+		var sub *notify.Sub
+		if woken, sub, err = rw.subscribe(ctx, keys[0], keys[4]); err != nil {
 			return nil, err
 		}
-		defer rw.unsubscribe(keys[0], keys[4], woken)
+		defer rw.unsubscribe(sub, keys[4], woken)
 	}
 	waiter := ""
 	if wait && mode == "w" {
@@ -273,11 +274,11 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 // subscribes on the server that holds key (the master of its slot on a
 // Cluster) if no one listens there yet, and returns once the subscription
 // is confirmed: no release after it is missed.
-func (rw *RW) subscribe(ctx context.Context, key, ch string) (chan struct{}, error) {
+func (rw *RW) subscribe(ctx context.Context, key, ch string) (chan struct{}, *notify.Sub, error) {
 	rw.mu.Lock()
 	if rw.closed {
 		rw.mu.Unlock()
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	w := make(chan struct{}, 1)
 	set := rw.waiters[ch]
@@ -289,24 +290,24 @@ func (rw *RW) subscribe(ctx context.Context, key, ch string) (chan struct{}, err
 	rw.mu.Unlock()
 	// Outside rw.mu: the Listener's dispatcher, which confirms the
 	// subscription, takes rw.mu to deliver messages.
-	err := rw.listen.Listen(ctx, key, ch)
+	sub, err := rw.listen.Listen(ctx, key, ch)
 	if err == nil {
-		return w, nil
+		return w, sub, nil
 	}
 	rw.forget(ch, w)
 	switch {
 	case errors.Is(err, notify.ErrClosed):
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	case ctx.Err() != nil:
-		return nil, errors.Join(ErrNotObtained, ctx.Err())
+		return nil, nil, errors.Join(ErrNotObtained, ctx.Err())
 	}
-	return nil, fmt.Errorf("lock: rw subscribe: %w", err)
+	return nil, nil, fmt.Errorf("lock: rw subscribe: %w", err)
 }
 
-// unsubscribe takes back a subscribe that returned w.
-func (rw *RW) unsubscribe(key, ch string, w chan struct{}) {
+// unsubscribe takes back a subscribe that returned w and sub.
+func (rw *RW) unsubscribe(sub *notify.Sub, ch string, w chan struct{}) {
 	rw.forget(ch, w)
-	rw.listen.Unlisten(key, ch)
+	sub.Unlisten()
 }
 
 // forget drops the waiter w on ch.

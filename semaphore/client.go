@@ -206,7 +206,7 @@ func (c *Client) TryObtain(ctx context.Context, name string, opts ...lock.Option
 // (an error matching lock.ErrNotObtained and ctx's error) or the client is
 // closed (ErrClosed). Waiters are served in arrival order: a release hands
 // its permit to the first waiter in the same script and tells it so (a
-// message on its client's one Pub/Sub channel, with the permit's token),
+// message on its client's one channel, with the permit's token),
 // and the waiter holds it without another round trip; a waiter also calls
 // again when a permit may expire, and then takes what was granted or
 // freed.
@@ -420,7 +420,7 @@ func (c *Client) unregister(id string) {
 // server that holds key (the master of its slot on a Cluster) before the
 // caller queues there, so that no wake-up is missed.
 func (c *Client) subscribe(ctx context.Context, key string) error {
-	switch err := c.listen.Listen(ctx, key, c.wake); {
+	switch _, err := c.listen.Listen(ctx, key, c.wake); {
 	case err == nil:
 		return nil
 	case errors.Is(err, notify.ErrClosed):
@@ -446,8 +446,8 @@ func (c *Client) waiterChan(id string) chan int64 {
 
 // Close stops the client: waiting calls return ErrClosed, held permits
 // stop being renewed (their Lost channels close with cause ErrClosed; the
-// permits expire after their TTL unless released), and the Pub/Sub
-// connection is closed. It does not close the Redis client.
+// permits expire after their TTL unless released), and its Pub/Sub
+// connections are closed. It does not close the Redis client.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {

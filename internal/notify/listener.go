@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,6 +12,10 @@ import (
 
 // ErrClosed is returned by Listen after Close.
 var ErrClosed = errors.New("notify: listener closed")
+
+// subscribeTimeout bounds a SUBSCRIBE's write and the wait for its
+// confirmation (a variable for the tests).
+var subscribeTimeout = 10 * time.Second
 
 // unsubscribeTimeout bounds an UNSUBSCRIBE's write.
 const unsubscribeTimeout = time.Second
@@ -23,20 +28,30 @@ const unsubscribeTimeout = time.Second
 // the message by up to 40 ms now and then: redis/redis#11869); on a Ring,
 // on the key's shard (a Ring's shards forward no message at all). A client
 // of one server subscribes there. The Listener keeps one Pub/Sub connection
-// per server it was asked for, opened by that server's first Listen and
-// kept until Close.
+// per server it was asked for, opened by that server's first Listen, until
+// Close, or until the connection fails to subscribe or go-redis closes the
+// server's client (a node that left the Cluster): the next Listen for a key
+// there opens a new one.
 //
 // On a Cluster a message reaches every subscription of its channel (the
 // bus forwards a PUBLISH to every node), so a channel subscribed on several
 // masters may deliver one message more than once, the copies from other
 // masters late: the callers tell their waiters apart by call id or key, and
 // a late copy is handled like any late message. A key that moves to another
-// master after its waiter listened is still heard, over the bus, until the
-// next Listen for it subscribes on its new master.
+// server after its waiter listened is heard there only after a Listen for
+// it on the new server (on a Cluster, still over the bus meanwhile).
+//
+// A subscription counts as confirmed when go-redis reads the server's
+// confirmation. After go-redis reconnected (the connection was killed, or
+// half-open until a health check failed), it subscribes again on its own,
+// and the channel counts as confirmed in between: a message published in
+// that moment is missed, as with any message lost with a connection, and
+// the waiters call in on their timers.
 type Listener struct {
 	rdb     redis.UniversalClient
 	deliver func(channel, payload string)
 
+	wg      sync.WaitGroup // the dispatching goroutines, dropped servers' too
 	mu      sync.Mutex
 	servers map[string]*server // by address ("" for a client of one server)
 	closed  bool
@@ -44,10 +59,14 @@ type Listener struct {
 
 // server is the Pub/Sub connection to one server.
 type server struct {
+	addr string
 	ps   *redis.PubSub
 	done chan struct{} // closed when the dispatching goroutine ends
 
-	mu      sync.Mutex            // protects the fields below; held while writing to ps
+	// mu protects the fields below, and is held while writing to ps so that
+	// the SUBSCRIBEs and UNSUBSCRIBEs of a channel reach the server in the
+	// order of the counts.
+	mu      sync.Mutex
 	chans   map[string]*chanState // the channels subscribed or being subscribed
 	changed chan struct{}         // closed and replaced when a subscription is confirmed
 }
@@ -58,9 +77,17 @@ type chanState struct {
 	ok bool // the SUBSCRIBE confirmed
 }
 
-// ErrEnded is returned by Listen when go-redis closed the server's client
-// (a node that left a Cluster): the next Listen opens a new connection.
-var ErrEnded = errors.New("notify: the server's connection ended")
+// Sub is one Listen: Unlisten takes it back.
+type Sub struct {
+	s    *server
+	c    *chanState
+	name string
+	done bool // Unlisten ran (under s.mu)
+}
+
+// errGone is a server whose connection ended, or failed to subscribe,
+// while Listen used it: Listen tries once more on a new connection.
+var errGone = errors.New("notify: the server's connection ended")
 
 // NewListener returns a Listener on rdb's servers; deliver gets every
 // message, from one goroutine per server.
@@ -88,9 +115,10 @@ func (l *Listener) client(ctx context.Context, key string) (redis.UniversalClien
 	return l.rdb, "", nil
 }
 
-// server returns the server that holds key, opening its connection's
-// dispatcher the first time (the connection itself is made by the first
-// SUBSCRIBE), or nil if it was never opened and open is false.
+// server returns the server that holds key, opening its connection the
+// first time (go-redis's receiving goroutine connects at once, and
+// subscribes again to every channel after a reconnection), or nil if it is
+// not open and open is false.
 func (l *Listener) server(ctx context.Context, key string, open bool) (*server, error) {
 	c, addr, err := l.client(ctx, key)
 	if err != nil {
@@ -105,22 +133,14 @@ func (l *Listener) server(ctx context.Context, key string, open bool) (*server, 
 	if s != nil || !open {
 		return s, nil
 	}
-	// Without channels the PubSub makes no connection until the first
-	// SUBSCRIBE, which go-redis sends again after every reconnection.
-	s = &server{ps: c.Subscribe(context.Background()), done: make(chan struct{}),
+	s = &server{addr: addr, ps: c.Subscribe(context.Background()), done: make(chan struct{}),
 		chans: map[string]*chanState{}, changed: make(chan struct{})}
 	l.servers[addr] = s
 	msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	l.wg.Add(1)
 	go func() { // owned by the Listener: Close closes ps, which ends msgs
+		defer l.wg.Done()
 		defer close(s.done)
-		defer func() { // and so does go-redis closing the server's client
-			l.mu.Lock()
-			if l.servers[addr] == s {
-				delete(l.servers, addr)
-			}
-			l.mu.Unlock()
-			s.ps.Close()
-		}()
 		for m := range msgs {
 			switch m := m.(type) {
 			case *redis.Message:
@@ -131,19 +151,33 @@ func (l *Listener) server(ctx context.Context, key string, open bool) (*server, 
 				}
 			}
 		}
+		// Closed by Close or drop, or by go-redis closing the server's
+		// client.
+		l.drop(s)
 	}()
 	return s, nil
 }
 
-// confirmed marks a channel's subscription confirmed. go-redis subscribes
-// again to every channel on a new connection, and that confirmation counts
-// too. One case takes a confirmation for a later SUBSCRIBE's: a Listen
-// that gave up (its ctx ended) before its confirmation, then the
-// UNSUBSCRIBE of its Unlisten and a new Listen's SUBSCRIBE, all before the
-// first confirmation was read. The new Listen then returns a moment before
-// its subscription holds, and a message published in that moment is missed:
-// the waiters call in on their timers, as after any lost message. (Only
-// package lock's RW unlistens; the other callers keep their channel.)
+// drop forgets s and closes its connection: the next Listen for a key
+// there opens a new one.
+func (l *Listener) drop(s *server) {
+	l.mu.Lock()
+	if l.servers[s.addr] == s {
+		delete(l.servers, s.addr)
+	}
+	l.mu.Unlock()
+	s.ps.Close()
+}
+
+// confirmed marks a channel's subscription confirmed (go-redis's own
+// SUBSCRIBE after a reconnection counts too). One case takes a
+// confirmation for a later SUBSCRIBE's: a Listen that gave up (its ctx
+// ended) before its confirmation, then the UNSUBSCRIBE of its Unlisten and
+// a new Listen's SUBSCRIBE, all before the first confirmation was read.
+// The new Listen then returns a moment before its subscription holds, and
+// a message published in that moment is missed: the waiters call in on
+// their timers, as after any lost message. (Only package lock's RW
+// unlistens; the other callers keep their channel.)
 func (s *server) confirmed(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -169,81 +203,103 @@ func (l *Listener) Subscribed(ctx context.Context, key, channel string) bool {
 }
 
 // Listen subscribes channel on the server that holds key, if it is not
-// yet, and returns once the server confirmed it: no message published
-// there after Listen returns is missed. A channel stays subscribed on that
-// server until Unlisten was called as often as Listen returned nil. ctx
-// bounds the wait.
-func (l *Listener) Listen(ctx context.Context, key, channel string) error {
+// yet, and returns once the server confirmed it: a message published there
+// after Listen returns is heard (see Listener for the one exception). The
+// channel stays subscribed on that server until every Sub that Listen
+// returned for it there is unlistened. ctx bounds the wait, and so does
+// subscribeTimeout: a connection that subscribes nothing in that time is
+// closed (the next Listen opens a new one).
+func (l *Listener) Listen(ctx context.Context, key, channel string) (*Sub, error) {
+	sub, err := l.listen(ctx, key, channel)
+	if errors.Is(err, errGone) && ctx.Err() == nil {
+		sub, err = l.listen(ctx, key, channel) // on a new connection
+	}
+	if err != nil {
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+	}
+	return sub, err
+}
+
+func (l *Listener) listen(ctx context.Context, key, name string) (*Sub, error) {
 	s, err := l.server(ctx, key, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
-	c := s.chans[channel]
+	c := s.chans[name]
 	if c == nil {
 		c = &chanState{}
-		s.chans[channel] = c
-		if err := s.ps.Subscribe(ctx, channel); err != nil {
-			delete(s.chans, channel)
-			// go-redis would subscribe it again on its next connection.
-			uctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
-			_ = s.ps.Unsubscribe(uctx, channel)
-			cancel()
+		s.chans[name] = c
+		// Not the caller's ctx: a write cut short by its deadline would
+		// break the connection that every waiter there shares.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
+		err := s.ps.Subscribe(wctx, name)
+		cancel()
+		if err != nil {
+			delete(s.chans, name)
 			s.mu.Unlock()
-			return err
+			l.drop(s)
+			return nil, fmt.Errorf("%w: subscribe: %w", errGone, err)
 		}
 	}
 	c.n++
+	sub := &Sub{s: s, c: c, name: name}
+	var timeout <-chan time.Time
 	for !c.ok {
+		if timeout == nil {
+			t := time.NewTimer(subscribeTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
 		changed := s.changed
 		s.mu.Unlock()
 		select {
 		case <-changed:
 		case <-s.done:
-			l.unlisten(s, channel)
-			l.mu.Lock()
-			closed := l.closed
-			l.mu.Unlock()
-			if closed {
-				return ErrClosed
-			}
-			return ErrEnded
+			sub.Unlisten()
+			return nil, errGone
 		case <-ctx.Done():
-			l.unlisten(s, channel)
-			return ctx.Err()
+			sub.Unlisten()
+			return nil, ctx.Err()
+		case <-timeout:
+			sub.Unlisten()
+			l.drop(s) // half-open, or the server stopped: a new connection next time
+			return nil, fmt.Errorf("notify: subscription to %q not confirmed within %v", name, subscribeTimeout)
 		}
 		s.mu.Lock()
 	}
 	s.mu.Unlock()
-	return nil
+	return sub, nil
 }
 
-// Unlisten takes back one Listen of channel for key; the last one
-// unsubscribes it.
-func (l *Listener) Unlisten(key, channel string) {
-	s, err := l.server(context.Background(), key, false)
-	if err != nil || s == nil {
-		return
-	}
-	l.unlisten(s, channel)
-}
-
-func (l *Listener) unlisten(s *server, name string) {
+// Unlisten takes back the Listen that returned sub; the last one of its
+// channel on its server unsubscribes it. A second call does nothing.
+func (sub *Sub) Unlisten() {
+	s := sub.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.chans[name]
-	if c == nil {
+	if sub.done {
+		return
+	}
+	sub.done = true
+	c := sub.c
+	if s.chans[sub.name] != c {
 		return
 	}
 	if c.n--; c.n > 0 {
 		return
 	}
-	delete(s.chans, name)
+	delete(s.chans, sub.name)
 	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
 	defer cancel()
 	// Best effort: a channel left subscribed only delivers messages that
 	// no waiter takes.
-	_ = s.ps.Unsubscribe(ctx, name)
+	_ = s.ps.Unsubscribe(ctx, sub.name)
 }
 
 // Close closes every connection and waits for the dispatching goroutines.
@@ -262,6 +318,6 @@ func (l *Listener) Close() {
 	l.mu.Unlock()
 	for _, s := range servers {
 		s.ps.Close()
-		<-s.done
 	}
+	l.wg.Wait()
 }

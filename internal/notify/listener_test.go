@@ -43,8 +43,8 @@ func TestListenerOnCluster(t *testing.T) {
 		if l.Subscribed(ctx, k, ch) {
 			t.Fatalf("subscribed on %s before Listen", n.Addr())
 		}
-		for range 2 { // the second is a no-op
-			if err := l.Listen(ctx, k, ch); err != nil {
+		for range 2 { // the second only counts
+			if _, err := l.Listen(ctx, k, ch); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -75,7 +75,7 @@ func TestListenerOnCluster(t *testing.T) {
 	}
 	l.Close()
 	l.Close()
-	if err := l.Listen(ctx, byNode[n.Addr()], ch); err != notify.ErrClosed {
+	if _, err := l.Listen(ctx, byNode[n.Addr()], ch); err != notify.ErrClosed {
 		t.Fatalf("Listen after Close: %v", err)
 	}
 	for _, n := range cl.Nodes() {
@@ -96,7 +96,7 @@ func TestListenerRetries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s.Kill()
-	if err := l.Listen(ctx, "k", "c"); err == nil {
+	if _, err := l.Listen(ctx, "k", "c"); err == nil {
 		t.Fatal("Listen with the server down succeeded")
 	}
 	if l.Subscribed(ctx, "k", "c") {
@@ -105,7 +105,7 @@ func TestListenerRetries(t *testing.T) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Listen(ctx, "k", "c"); err != nil {
+	if _, err := l.Listen(ctx, "k", "c"); err != nil {
 		t.Fatalf("Listen after the server came back: %v", err)
 	}
 	if !l.Subscribed(ctx, "k", "c") {
@@ -142,27 +142,30 @@ func TestListenerCounts(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	var subs []*notify.Sub
 	for range 2 {
-		if err := l.Listen(ctx, "k", "a"); err != nil {
+		sub, err := l.Listen(ctx, "k", "a")
+		if err != nil {
 			t.Fatal(err)
 		}
+		subs = append(subs, sub)
 	}
 	numsub("a", 1)
-	l.Unlisten("k", "a")
+	subs[0].Unlisten()
+	subs[0].Unlisten() // a second time: nothing
 	numsub("a", 1)
 	if !l.Subscribed(ctx, "k", "a") {
 		t.Fatal("a: not subscribed with one Listen left")
 	}
-	l.Unlisten("k", "a")
+	subs[1].Unlisten()
 	numsub("a", 0)
 	if l.Subscribed(ctx, "k", "a") {
 		t.Fatal("a: subscribed after the last Unlisten")
 	}
-	l.Unlisten("k", "a") // one too many: no-op
 
 	ended, stop := context.WithCancel(ctx)
 	stop()
-	if err := l.Listen(ended, "k", "b"); err == nil {
+	if _, err := l.Listen(ended, "k", "b"); err == nil {
 		t.Fatal("Listen with an ended ctx succeeded")
 	}
 	numsub("b", 0)
@@ -173,17 +176,18 @@ func TestListenerCounts(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				if err := l.Listen(ctx, "k", "c"); err != nil {
+				sub, err := l.Listen(ctx, "k", "c")
+				if err != nil {
 					t.Error(err)
 					return
 				}
-				l.Unlisten("k", "c")
+				sub.Unlisten()
 			}
 		}()
 	}
 	wg.Wait()
 	numsub("c", 0)
-	if err := l.Listen(ctx, "k", "c"); err != nil {
+	if _, err := l.Listen(ctx, "k", "c"); err != nil {
 		t.Fatal(err)
 	}
 	numsub("c", 1)
@@ -200,5 +204,58 @@ func TestListenerCounts(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the message did not arrive")
+	}
+}
+
+// TestListenerUnconfirmed: a server that takes a SUBSCRIBE but never
+// confirms it (paused: its connection open, nothing answered) makes Listen
+// fail after the subscribe timeout, not wait for ctx; the connection is
+// dropped, and once the server answers again a Listen subscribes on a new
+// one. The channel subscribed before the pause is heard again too.
+func TestListenerUnconfirmed(t *testing.T) {
+	defer notify.SetSubscribeTimeout(300 * time.Millisecond)()
+	s := testserver.StartRedis(t)
+	rdb := s.Client(t)
+	got := make(chan string, 16)
+	l := notify.NewListener(rdb, func(c, m string) { got <- c + "=" + m })
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := l.Listen(ctx, "k", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err := l.Listen(ctx, "k", "y")
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err == nil {
+		t.Fatal("Listen on a paused server succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Listen waited for ctx: %v after %v", err, time.Since(began))
+	}
+	t.Logf("Listen on the paused server: %v after %v", err, time.Since(began).Round(time.Millisecond))
+	if l.Subscribed(ctx, "k", "x") {
+		t.Fatal("x still counted as subscribed on the dropped connection")
+	}
+	for _, ch := range []string{"x", "y"} {
+		if _, err := l.Listen(ctx, "k", ch); err != nil {
+			t.Fatalf("Listen(%s) after the server came back: %v", ch, err)
+		}
+		if err := rdb.Publish(ctx, ch, "hello").Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if m != ch+"=hello" {
+				t.Fatalf("got %q", m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: the message did not arrive", ch)
+		}
 	}
 }

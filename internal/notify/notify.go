@@ -13,9 +13,9 @@ import (
 
 // Deliver passes msg to the waiter it names, if find returns its channel
 // (nil: it no longer waits): a wake-up as 0, a grant as its token. The
-// channel has a buffer of one; a grant replaces a wake-up waiting there,
-// and a message that is not well formed is dropped (the waiter's next
-// attempt finds out what it missed).
+// channel has a buffer of one; a grant replaces a wake-up or an older
+// grant waiting there, and a message that is not well formed is dropped
+// (the waiter's next attempt finds out what it missed).
 func Deliver(msg string, find func(id string) chan int64) {
 	id, tok, granted := strings.Cut(msg, "|")
 	var token int64
@@ -32,10 +32,13 @@ func Deliver(msg string, find func(id string) chan int64) {
 	}
 	select {
 	case ch <- token:
-	default: // woken already; a grant replaces a plain wake-up
+	default: // woken already; a grant replaces a plain wake-up or an older grant
 		if token > 0 {
 			select {
-			case <-ch:
+			case old := <-ch:
+				// A late copy of an older grant (another master's, over
+				// a Cluster's bus) must not push out a newer one.
+				token = max(token, old)
 			default:
 			}
 			select {

@@ -24,6 +24,16 @@ func TestDeliver(t *testing.T) {
 	if v := <-ch; v != 42 {
 		t.Fatalf("grant replaced by a wake-up: %d", v)
 	}
+	Deliver("c:1|42", find)
+	Deliver("c:1|41", find) // a late copy of an older grant does not replace a newer one
+	if v := <-ch; v != 42 {
+		t.Fatalf("grant 42 replaced by an older one: %d", v)
+	}
+	Deliver("c:1|41", find)
+	Deliver("c:1|42", find) // a newer grant replaces an older one
+	if v := <-ch; v != 42 {
+		t.Fatalf("grant 41 not replaced by 42: %d", v)
+	}
 	for _, bad := range []string{"c:1|", "c:1|x", "c:1|0", "c:1|-5"} {
 		Deliver(bad, find)
 		select {
