@@ -19,6 +19,26 @@ const (
 	byMessage   = 5 * time.Second
 )
 
+// onCluster starts a 3-master Cluster and returns a client of it and a
+// ctx for the test.
+func onCluster(t *testing.T) (*testserver.RedisCluster, redis.UniversalClient, context.Context) {
+	cl := testserver.StartRedisCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return cl, cl.Client(t), ctx
+}
+
+// onRing starts two servers and returns a Ring of them and a ctx for the
+// test.
+func onRing(t *testing.T) (*redis.Ring, context.Context) {
+	a, b := testserver.StartRedis(t), testserver.StartRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { ring.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ring, ctx
+}
+
 // TestWakeOnKeyServer: a waiter is subscribed on the server that holds its
 // key, where the release publishes its grant. On a Ring, whose shards
 // forward no message, a waiter subscribed elsewhere heard nothing and
@@ -28,10 +48,7 @@ const (
 // master itself (PUBSUB NUMSUB is node-local on a Cluster).
 func TestWakeOnKeyServer(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
-		cl := testserver.StartRedisCluster(t)
-		rdb := cl.Client(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
+		cl, rdb, ctx := onCluster(t)
 		waiter := lock.New(rdb, lock.WithWaiterTimeout(wakeTimeout))
 		defer waiter.Close()
 		ch := lock.WakeChannel(waiter)
@@ -66,11 +83,7 @@ func TestWakeOnKeyServer(t *testing.T) {
 		}
 	})
 	t.Run("ring", func(t *testing.T) {
-		a, b := testserver.StartRedis(t), testserver.StartRedis(t)
-		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
-		defer ring.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
+		ring, ctx := onRing(t)
 		waiter := lock.New(ring, lock.WithWaiterTimeout(wakeTimeout))
 		defer waiter.Close()
 		chShard, err := ring.GetShardClientForKey(lock.WakeChannel(waiter))
@@ -104,10 +117,7 @@ func TestWakeOnKeyServer(t *testing.T) {
 // third of its waiter timeout), on a Cluster it crossed the bus.
 func TestRWWakeOnKeyServer(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
-		cl := testserver.StartRedisCluster(t)
-		rdb := cl.Client(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
+		cl, rdb, ctx := onCluster(t)
 		waiter := lock.NewRW(rdb, lock.WithWaiterTimeout(wakeTimeout))
 		defer waiter.Close()
 		seen := map[string]bool{}
@@ -146,11 +156,7 @@ func TestRWWakeOnKeyServer(t *testing.T) {
 		}
 	})
 	t.Run("ring", func(t *testing.T) {
-		a, b := testserver.StartRedis(t), testserver.StartRedis(t)
-		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
-		defer ring.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
+		ring, ctx := onRing(t)
 		waiter := lock.NewRW(ring, lock.WithWaiterTimeout(wakeTimeout))
 		defer waiter.Close()
 		seen := map[string]bool{}

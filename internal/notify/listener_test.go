@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/coordkit/coordkit/internal/notify"
 	"github.com/coordkit/coordkit/internal/testserver"
 )
@@ -60,19 +62,7 @@ func TestListenerOnCluster(t *testing.T) {
 	// subscriptions: the one on the publishing master directly, the others
 	// over the cluster bus.
 	n := cl.Nodes()[0]
-	if err := n.Client(t).Publish(ctx, ch, "hello").Err(); err != nil {
-		t.Fatal(err)
-	}
-	for range len(cl.Nodes()) {
-		select {
-		case m := <-got:
-			if m != "hello" {
-				t.Fatalf("got %q", m)
-			}
-		case <-ctx.Done():
-			t.Fatal("a copy of the message did not arrive")
-		}
-	}
+	publishHeard(t, ctx, n.Client(t), got, ch, "hello", "hello", len(cl.Nodes()))
 	l.Close()
 	l.Close()
 	if _, err := l.Listen(ctx, byNode[n.Addr()], ch); err != notify.ErrClosed {
@@ -194,16 +184,25 @@ func TestListenerCounts(t *testing.T) {
 	for len(got) > 0 {
 		<-got
 	}
-	if err := rdb.Publish(ctx, "c", "hello").Err(); err != nil {
+	publishHeard(t, ctx, rdb, got, "c", "hello", "c=hello", 1)
+}
+
+// publishHeard publishes msg on ch and checks that got then receives want
+// copies times.
+func publishHeard(t *testing.T, ctx context.Context, rdb redis.UniversalClient, got chan string, ch, msg, want string, copies int) {
+	t.Helper()
+	if err := rdb.Publish(ctx, ch, msg).Err(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case m := <-got:
-		if m != "c=hello" {
-			t.Fatalf("got %q", m)
+	for range copies {
+		select {
+		case m := <-got:
+			if m != want {
+				t.Fatalf("got %q, want %q", m, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: a copy of the message did not arrive", ch)
 		}
-	case <-ctx.Done():
-		t.Fatal("the message did not arrive")
 	}
 }
 
@@ -246,16 +245,6 @@ func TestListenerUnconfirmed(t *testing.T) {
 		if _, err := l.Listen(ctx, "k", ch); err != nil {
 			t.Fatalf("Listen(%s) after the server came back: %v", ch, err)
 		}
-		if err := rdb.Publish(ctx, ch, "hello").Err(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case m := <-got:
-			if m != ch+"=hello" {
-				t.Fatalf("got %q", m)
-			}
-		case <-ctx.Done():
-			t.Fatalf("%s: the message did not arrive", ch)
-		}
+		publishHeard(t, ctx, rdb, got, ch, "hello", ch+"=hello", 1)
 	}
 }
