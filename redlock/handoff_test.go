@@ -228,6 +228,27 @@ func TestHandOffYieldsToOtherClients(t *testing.T) {
 	c := countedClient(t, 3, &evals)
 	other := newClient(t, shared[:3])
 	a := mustObtain(t, lock.WithOwner(ctx, "owner-a"), c, key)
+	var rdbs []redis.UniversalClient
+	for _, r := range shared[:3] {
+		rdbs = append(rdbs, r.Client(t))
+	}
+	// Obtain returns on a quorum: the third master's acquisition may still
+	// be on its way (a fresh client's first round, on a loaded host). If
+	// the other client's first round took that master for a moment (and
+	// released it, short of a quorum), that acquisition found it held and
+	// a holds two masters, which Redlock allows; the other client's waiter
+	// then finds the third master free every time and never queues there
+	// (.ci/run failed so once). So a's level must be on every master first.
+	h := redlock.DefaultPrefix + "{" + key + "}"
+	deadline := time.Now().Add(10 * time.Second)
+	for _, rdb := range rdbs {
+		for !rdb.HExists(ctx, h, "owner-a").Val() {
+			if time.Now().After(deadline) {
+				t.Fatal("a's level not on every master within 10 s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	queued := make(chan obtained, 1)
 	go func() {
 		l, err := other.Obtain(ctx, key)
@@ -241,11 +262,7 @@ func TestHandOffYieldsToOtherClients(t *testing.T) {
 	// release, or there is nobody to yield to and the hand-off is right (on
 	// a loaded host its Obtain once had not reached them yet).
 	q := redlock.DefaultPrefix + "{" + key + "}:q"
-	var rdbs []redis.UniversalClient
-	for _, r := range shared[:3] {
-		rdbs = append(rdbs, r.Client(t))
-	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for queuedOnAll := false; !queuedOnAll; {
 		queuedOnAll = true
 		for _, rdb := range rdbs {
