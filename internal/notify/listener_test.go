@@ -14,9 +14,9 @@ import (
 )
 
 // TestListenerOnCluster: Listen subscribes the channel on the master of
-// the key's slot, once per master; a message published there arrives; a
-// failed subscription is tried again; Close ends every connection, and
-// Listen then fails.
+// the key's slot, once per master; a message published on one master
+// reaches every subscription (the bus forwards it); Close ends every
+// connection, and Listen then fails.
 func TestListenerOnCluster(t *testing.T) {
 	cl := testserver.StartRedisCluster(t)
 	rdb := cl.Client(t)
