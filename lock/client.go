@@ -394,6 +394,13 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 		if queue {
 			queued = argYes
 		}
+		if queue && notified && !c.listen.Subscribed(ctx, keys[0], c.chanPrefix+c.id) {
+			// The connection was dropped while this waiter waited (a
+			// server that confirmed nothing in time, a node gone): listen
+			// again, or hear nothing until the call-in. A failure leaves
+			// the call-in; ctx and Close are seen below.
+			_ = c.subscribe(ctx, keys[0])
+		}
 		d := res.wait
 		if o.Retry != nil {
 			d = o.Retry(attempt)
@@ -612,14 +619,11 @@ func (c *Client) removeWaiter(id string) {
 // wake delivers a message of the client's channel to the local waiter it
 // names, if it still waits (notify.Deliver): "<id>" wakes it,
 // "<id>|<token>" tells it a release granted it the lock with that token.
-func (c *Client) wake(msg string) { notify.Deliver(msg, c.waiterChan) }
+func (c *Client) wake(msg string) { notify.Deliver(msg, &c.mu, c.waiterLocked) }
 
-// waiterChan returns the channel of the local waiter with call id id, or nil.
-func (c *Client) waiterChan(id string) chan int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.waiters[id]
-}
+// waiterLocked returns the channel of the local waiter with call id id, or
+// nil. c.mu is held.
+func (c *Client) waiterLocked(id string) chan int64 { return c.waiters[id] }
 
 // subscribe makes sure the client's wake-up channel is subscribed on the
 // server that holds key (the master of its slot on a Cluster) before any of

@@ -188,13 +188,15 @@
 // per key, subscribed where the releases publish: on the server that holds
 // the key (on a Redis Cluster the master of the key's slot, on a Ring the
 // key's shard), one Pub/Sub connection per server, opened by the first
-// wait for a key there and kept until Close (one that fails, or subscribes
-// nothing within 10 s, is closed, and the next wait there opens a new
-// one). It is subscribed, and the subscription confirmed, before any of its
-// waiters for a key there is queued, and each waiter is registered locally
-// before its first attempt, so no wake-up is missed while that connection
-// lasts (go-redis subscribes again on a new connection after one is cut,
-// and a message published before it has is lost). Each
+// wait for a key there and kept until Close, or until it is dropped (a
+// SUBSCRIBE that cannot be written or is not confirmed within 10 s, a node
+// that left the Cluster): a waiter whose connection was dropped listens
+// again, on a new one, before its next wait. It is subscribed, and the
+// subscription confirmed, before any of its waiters for a key there is
+// queued, and each waiter is registered locally before its first attempt,
+// so no wake-up is missed while that connection lasts (go-redis subscribes
+// again on a new connection after one is cut, and a message published
+// before it has is lost). Each
 // wait is bounded by the holder's PTTL (the lock may expire without a
 // release) and by a third of the waiter timeout (a queued waiter calls in to
 // keep its place); ctx ends the wait (the waiter then leaves the queue:
@@ -211,8 +213,7 @@
 // copy of each message from the others: a copy for a waiter that is gone
 // is dropped, and a late grant is told apart by its token (above). A key
 // whose slot moves after its waiter listened is still heard, over the bus,
-// until the next wait for it subscribes on its new master (an RW's waiter
-// listens only while it waits).
+// until the waiter, before its next wait, subscribes on the new master.
 //
 // Fair mode (WithFair): a free lock is only taken by the first live waiter
 // in the queue (or by anyone when the queue is empty), so waiters are served

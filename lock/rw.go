@@ -188,13 +188,13 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 	owner, _ := OwnerFrom(ctx)
 	keys := rw.rwKeys(key)
 	var woken chan struct{}
+	var sub *notify.Sub
 	if wait {
 		var err error
-		var sub *notify.Sub
 		if woken, sub, err = rw.subscribe(ctx, keys[0], keys[4]); err != nil {
 			return nil, err
 		}
-		defer rw.unsubscribe(sub, keys[4], woken)
+		defer func() { rw.unsubscribe(sub, keys[4], woken) }()
 	}
 	waiter := ""
 	if wait && mode == "w" {
@@ -241,6 +241,15 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 		}
 		if !wait {
 			return nil, ErrNotObtained
+		}
+		if !rw.listen.Subscribed(ctx, keys[0], keys[4]) {
+			// The connection was dropped while this waiter waited: listen
+			// again, or hear nothing until the call-in. A failure leaves
+			// the call-in; ctx and Close are seen below.
+			if s, err := rw.listen.Listen(ctx, keys[0], keys[4]); err == nil {
+				sub.Unlisten() // the dropped server's: nothing left to write
+				sub = s
+			}
 		}
 		d := rw.o.waiterTimeout / 3 // call in before the waiting writer is forgotten
 		if len(res) >= 2 && res[1] >= 0 {

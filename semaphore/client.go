@@ -310,6 +310,12 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		if len(res) >= 4 {
 			fence = res[3]
 		}
+		if !c.listen.Subscribed(ctx, keys[0], c.wake) {
+			// The connection was dropped while this waiter waited: listen
+			// again, or hear nothing until the call-in. A failure leaves
+			// the call-in; ctx and Close are seen below.
+			_ = c.subscribe(ctx, keys[0])
+		}
 		// Call in before the waiter is skipped, and before a permit
 		// granted to it right after this attempt runs out: a waiter whose
 		// message was lost would otherwise find the grant gone, and queue
@@ -435,14 +441,11 @@ func (c *Client) subscribe(ctx context.Context, key string) error {
 // deliver passes a message of the client's channel to the local waiter it
 // names, if it still waits (notify.Deliver): "<id>" wakes it,
 // "<id>|<token>" tells it a release granted it a permit with that token.
-func (c *Client) deliver(msg string) { notify.Deliver(msg, c.waiterChan) }
+func (c *Client) deliver(msg string) { notify.Deliver(msg, &c.mu, c.waiterLocked) }
 
-// waiterChan returns the channel of the local waiter id, or nil.
-func (c *Client) waiterChan(id string) chan int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.waiters[id]
-}
+// waiterLocked returns the channel of the local waiter id, or nil. c.mu is
+// held.
+func (c *Client) waiterLocked(id string) chan int64 { return c.waiters[id] }
 
 // Close stops the client: waiting calls return ErrClosed, held permits
 // stop being renewed (their Lost channels close with cause ErrClosed; the

@@ -13,12 +13,9 @@ import (
 // ErrClosed is returned by Listen after Close.
 var ErrClosed = errors.New("notify: listener closed")
 
-// subscribeTimeout bounds a SUBSCRIBE's write and the wait for its
-// confirmation (a variable for the tests).
+// subscribeTimeout bounds the wait for a subscription's confirmation, its
+// write included, and each command's write (a variable for the tests).
 var subscribeTimeout = 10 * time.Second
-
-// unsubscribeTimeout bounds an UNSUBSCRIBE's write.
-const unsubscribeTimeout = time.Second
 
 // Listener receives wake-up channels on the servers that publish to them.
 // A script publishes a wake-up on the server that holds its key, so a
@@ -29,9 +26,12 @@ const unsubscribeTimeout = time.Second
 // on the key's shard (a Ring's shards forward no message at all). A client
 // of one server subscribes there. The Listener keeps one Pub/Sub connection
 // per server it was asked for, opened by that server's first Listen, until
-// Close, or until the connection fails to subscribe or go-redis closes the
-// server's client (a node that left the Cluster): the next Listen for a key
-// there opens a new one.
+// Close, or until it is dropped: a SUBSCRIBE that cannot be written or is
+// not confirmed within 10 s (a half-open connection, a server that stopped
+// answering), or go-redis closing the server's client (a node that left
+// the Cluster). Its channels then hear nothing until a Listen for a key
+// there opens a new one; Subscribed reports false for them, and the
+// callers listen again before their next wait.
 //
 // On a Cluster a message reaches every subscription of its channel (the
 // bus forwards a PUBLISH to every node), so a channel subscribed on several
@@ -42,11 +42,12 @@ const unsubscribeTimeout = time.Second
 // it on the new server (on a Cluster, still over the bus meanwhile).
 //
 // A subscription counts as confirmed when go-redis reads the server's
-// confirmation. After go-redis reconnected (the connection was killed, or
-// half-open until a health check failed), it subscribes again on its own,
-// and the channel counts as confirmed in between: a message published in
-// that moment is missed, as with any message lost with a connection, and
-// the waiters call in on their timers.
+// confirmation. Two moments when it counts so although the server does not
+// have it: after go-redis reconnected (the connection was killed, or
+// half-open until a health check failed), until its own SUBSCRIBE on the
+// new connection is read; and the mix-up that confirmed describes. A
+// message published in such a moment is missed, as with any message lost
+// with a connection, and the waiters call in on their timers.
 type Listener struct {
 	rdb     redis.UniversalClient
 	deliver func(channel, payload string)
@@ -62,13 +63,37 @@ type server struct {
 	addr string
 	ps   *redis.PubSub
 	done chan struct{} // closed when the dispatching goroutine ends
+	ops  chan struct{} // wakes the writer (buffer of one)
 
-	// mu protects the fields below, and is held while writing to ps so that
-	// the SUBSCRIBEs and UNSUBSCRIBEs of a channel reach the server in the
-	// order of the counts.
+	// mu protects the fields below. It is never held across a network
+	// call: the writer goroutine writes the queued SUBSCRIBEs and
+	// UNSUBSCRIBEs, in the order the counts changed.
 	mu      sync.Mutex
+	gone    bool                  // dropped: no Listen uses it any more
 	chans   map[string]*chanState // the channels subscribed or being subscribed
-	changed chan struct{}         // closed and replaced when a subscription is confirmed
+	queue   []op                  // commands for the writer, in order
+	changed chan struct{}         // closed and replaced when a subscription is confirmed or the server dropped
+}
+
+// op is a SUBSCRIBE (sub) or UNSUBSCRIBE of one channel.
+type op struct {
+	sub  bool
+	name string
+}
+
+// push queues o for the writer. s.mu is held.
+func (s *server) push(o op) {
+	s.queue = append(s.queue, o)
+	select {
+	case s.ops <- struct{}{}:
+	default:
+	}
+}
+
+// signal wakes every Listen waiting on s. s.mu is held.
+func (s *server) signal() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // chanState counts one channel's listeners on a server.
@@ -85,8 +110,9 @@ type Sub struct {
 	done bool // Unlisten ran (under s.mu)
 }
 
-// errGone is a server whose connection ended, or failed to subscribe,
-// while Listen used it: Listen tries once more on a new connection.
+// errGone is a server dropped while Listen used it (its connection ended,
+// a SUBSCRIBE failed to be written, or one was not confirmed in time):
+// Listen tries once more on a new connection.
 var errGone = errors.New("notify: the server's connection ended")
 
 // NewListener returns a Listener on rdb's servers; deliver gets every
@@ -133,11 +159,12 @@ func (l *Listener) server(ctx context.Context, key string, open bool) (*server, 
 	if s != nil || !open {
 		return s, nil
 	}
-	s = &server{addr: addr, ps: c.Subscribe(context.Background()), done: make(chan struct{}),
+	s = &server{addr: addr, ps: c.Subscribe(context.Background()), done: make(chan struct{}), ops: make(chan struct{}, 1),
 		chans: map[string]*chanState{}, changed: make(chan struct{})}
 	l.servers[addr] = s
 	msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-	l.wg.Add(1)
+	l.wg.Add(2)
+	go l.write(s)
 	go func() { // owned by the Listener: Close closes ps, which ends msgs
 		defer l.wg.Done()
 		defer close(s.done)
@@ -161,12 +188,55 @@ func (l *Listener) server(ctx context.Context, key string, open bool) (*server, 
 // drop forgets s and closes its connection: the next Listen for a key
 // there opens a new one.
 func (l *Listener) drop(s *server) {
+	s.mu.Lock()
+	if !s.gone {
+		s.gone = true
+		s.signal()
+	}
+	s.mu.Unlock()
 	l.mu.Lock()
 	if l.servers[s.addr] == s {
 		delete(l.servers, s.addr)
 	}
 	l.mu.Unlock()
 	s.ps.Close()
+}
+
+// write writes s's queued commands until s is dropped. A SUBSCRIBE that
+// cannot be written drops s: its connection is broken, and the next Listen
+// opens a new one. (An UNSUBSCRIBE that fails needs nothing: go-redis
+// subscribes again, on a new connection, only to the channels it still
+// has.)
+func (l *Listener) write(s *server) {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-s.ops:
+		case <-s.done:
+			return
+		}
+		for {
+			s.mu.Lock()
+			if s.gone || len(s.queue) == 0 {
+				s.mu.Unlock()
+				break
+			}
+			o := s.queue[0]
+			s.queue = s.queue[1:]
+			s.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+			var err error
+			if o.sub {
+				err = s.ps.Subscribe(ctx, o.name)
+			} else {
+				err = s.ps.Unsubscribe(ctx, o.name)
+			}
+			cancel()
+			if err != nil && o.sub {
+				l.drop(s)
+			}
+		}
+	}
 }
 
 // confirmed marks a channel's subscription confirmed (go-redis's own
@@ -176,15 +246,14 @@ func (l *Listener) drop(s *server) {
 // a new Listen's SUBSCRIBE, all before the first confirmation was read.
 // The new Listen then returns a moment before its subscription holds, and
 // a message published in that moment is missed: the waiters call in on
-// their timers, as after any lost message. (Only package lock's RW
-// unlistens; the other callers keep their channel.)
+// their timers, as after any lost message. (Every caller's Listen that
+// gave up unlistens; package lock's RW also unlistens after each wait.)
 func (s *server) confirmed(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.chans[name]; c != nil && !c.ok {
 		c.ok = true
-		close(s.changed)
-		s.changed = make(chan struct{})
+		s.signal()
 	}
 }
 
@@ -199,16 +268,19 @@ func (l *Listener) Subscribed(ctx context.Context, key, channel string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.chans[channel]
-	return c != nil && c.ok
+	return !s.gone && c != nil && c.ok
 }
 
 // Listen subscribes channel on the server that holds key, if it is not
 // yet, and returns once the server confirmed it: a message published there
-// after Listen returns is heard (see Listener for the one exception). The
+// after Listen returns is heard (see Listener for the two exceptions). The
 // channel stays subscribed on that server until every Sub that Listen
-// returned for it there is unlistened. ctx bounds the wait, and so does
-// subscribeTimeout: a connection that subscribes nothing in that time is
-// closed (the next Listen opens a new one).
+// returned for it there is unlistened, or the server is dropped. ctx bounds
+// the wait (no network call is made on the caller's goroutine but the
+// Cluster's slot lookup), and so does subscribeTimeout, after which the
+// server is dropped and Listen fails (the next one opens a new
+// connection). Listen tries once more, on a new connection, when the
+// server was dropped for another reason while it waited.
 func (l *Listener) Listen(ctx context.Context, key, channel string) (*Sub, error) {
 	sub, err := l.listen(ctx, key, channel)
 	if errors.Is(err, errGone) && ctx.Err() == nil {
@@ -231,26 +303,25 @@ func (l *Listener) listen(ctx context.Context, key, name string) (*Sub, error) {
 		return nil, err
 	}
 	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return nil, errGone
+	}
 	c := s.chans[name]
 	if c == nil {
 		c = &chanState{}
 		s.chans[name] = c
-		// Not the caller's ctx: a write cut short by its deadline would
-		// break the connection that every waiter there shares.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
-		err := s.ps.Subscribe(wctx, name)
-		cancel()
-		if err != nil {
-			delete(s.chans, name)
-			s.mu.Unlock()
-			l.drop(s)
-			return nil, fmt.Errorf("%w: subscribe: %w", errGone, err)
-		}
+		s.push(op{sub: true, name: name})
 	}
 	c.n++
 	sub := &Sub{s: s, c: c, name: name}
 	var timeout <-chan time.Time
 	for !c.ok {
+		if s.gone {
+			s.mu.Unlock()
+			sub.Unlisten()
+			return nil, errGone
+		}
 		if timeout == nil {
 			t := time.NewTimer(subscribeTimeout)
 			defer t.Stop()
@@ -260,15 +331,21 @@ func (l *Listener) listen(ctx context.Context, key, name string) (*Sub, error) {
 		s.mu.Unlock()
 		select {
 		case <-changed:
-		case <-s.done:
-			sub.Unlisten()
-			return nil, errGone
 		case <-ctx.Done():
 			sub.Unlisten()
 			return nil, ctx.Err()
 		case <-timeout:
+			s.mu.Lock()
+			ok := c.ok && !s.gone
+			s.mu.Unlock()
+			if ok {
+				return sub, nil
+			}
+			// Written and not confirmed in that time: a half-open
+			// connection, or a server that stopped answering. Its other
+			// channels hear nothing either; a new connection next time.
+			l.drop(s)
 			sub.Unlisten()
-			l.drop(s) // half-open, or the server stopped: a new connection next time
 			return nil, fmt.Errorf("notify: subscription to %q not confirmed within %v", name, subscribeTimeout)
 		}
 		s.mu.Lock()
@@ -295,11 +372,9 @@ func (sub *Sub) Unlisten() {
 		return
 	}
 	delete(s.chans, sub.name)
-	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
-	defer cancel()
-	// Best effort: a channel left subscribed only delivers messages that
-	// no waiter takes.
-	_ = s.ps.Unsubscribe(ctx, sub.name)
+	if !s.gone {
+		s.push(op{name: sub.name})
+	}
 }
 
 // Close closes every connection and waits for the dispatching goroutines.

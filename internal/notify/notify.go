@@ -9,14 +9,18 @@ package notify
 import (
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Deliver passes msg to the waiter it names, if find returns its channel
 // (nil: it no longer waits): a wake-up as 0, a grant as its token. The
 // channel has a buffer of one; a grant replaces a wake-up or an older
 // grant waiting there, and a message that is not well formed is dropped
-// (the waiter's next attempt finds out what it missed).
-func Deliver(msg string, find func(id string) chan int64) {
+// (the waiter's next attempt finds out what it missed). find runs, and the
+// channel is filled, under mu: on a Cluster the copies of one message
+// arrive from several servers' goroutines at once, and two deliveries that
+// interleaved could leave the older grant in the buffer.
+func Deliver(msg string, mu sync.Locker, find func(id string) chan int64) {
 	id, tok, granted := strings.Cut(msg, "|")
 	var token int64
 	if granted {
@@ -26,6 +30,8 @@ func Deliver(msg string, find func(id string) chan int64) {
 		}
 		token = t
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	ch := find(id)
 	if ch == nil {
 		return
