@@ -190,8 +190,9 @@
 // key's shard), one Pub/Sub connection per server, opened by the first
 // wait for a key there and kept until Close, or until it is dropped (a
 // SUBSCRIBE that cannot be written or is not confirmed within 10 s, a node
-// that left the Cluster): a waiter whose connection was dropped listens
-// again, on a new one, before its next wait. It is subscribed, and the
+// that left the Cluster): a waiter whose connection was dropped, or whose
+// key moved to another server, listens again before its next wait, within
+// that wait's bound. It is subscribed, and the
 // subscription confirmed, before any of its waiters for a key there is
 // queued, and each waiter is registered locally before its first attempt,
 // so no wake-up is missed while that connection lasts (go-redis subscribes

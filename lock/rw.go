@@ -242,21 +242,27 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 		if !wait {
 			return nil, ErrNotObtained
 		}
-		if !rw.listen.Subscribed(ctx, keys[0], keys[4]) {
-			// The connection was dropped while this waiter waited: listen
-			// again, or hear nothing until the call-in. A failure leaves
-			// the call-in; ctx and Close are seen below.
-			if s, err := rw.listen.Listen(ctx, keys[0], keys[4]); err == nil {
-				sub.Unlisten() // the dropped server's: nothing left to write
-				sub = s
-			}
-		}
 		d := rw.o.waiterTimeout / 3 // call in before the waiting writer is forgotten
 		if len(res) >= 2 && res[1] >= 0 {
 			d = min(d, time.Duration(res[1])*time.Millisecond+time.Millisecond)
 		}
 		if o.Retry != nil {
 			d = o.Retry(attempt)
+		}
+		if !rw.listen.Subscribed(ctx, keys[0], keys[4]) {
+			// The connection was dropped while this waiter waited, or the
+			// key moved to another server: listen again, within the
+			// wait's bound (the call-in comes no later), or hear nothing
+			// until the call-in. A failure leaves the call-in; ctx and
+			// Close are seen below.
+			began := time.Now()
+			lctx, cancel := context.WithTimeout(ctx, d)
+			if s, err := rw.listen.Listen(lctx, keys[0], keys[4]); err == nil {
+				sub.Unlisten() // the old server's (if it still lives, its count drops)
+				sub = s
+			}
+			cancel()
+			d = max(0, d-time.Since(began))
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)

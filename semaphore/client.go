@@ -310,12 +310,6 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		if len(res) >= 4 {
 			fence = res[3]
 		}
-		if !c.listen.Subscribed(ctx, keys[0], c.wake) {
-			// The connection was dropped while this waiter waited: listen
-			// again, or hear nothing until the call-in. A failure leaves
-			// the call-in; ctx and Close are seen below.
-			_ = c.subscribe(ctx, keys[0])
-		}
 		// Call in before the waiter is skipped, and before a permit
 		// granted to it right after this attempt runs out: a waiter whose
 		// message was lost would otherwise find the grant gone, and queue
@@ -323,6 +317,18 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		d := min(c.o.waiterTimeout/3, grant/2)
 		if len(res) >= 2 && res[1] >= 0 {
 			d = min(d, time.Duration(res[1])*time.Millisecond+time.Millisecond)
+		}
+		if !c.listen.Subscribed(ctx, keys[0], c.wake) {
+			// The connection was dropped while this waiter waited, or
+			// the semaphore moved to another server: listen again, within
+			// the wait's bound (the call-in comes no later), or hear
+			// nothing until the call-in. A failure leaves the call-in;
+			// ctx and Close are seen below.
+			began := time.Now()
+			lctx, cancel := context.WithTimeout(ctx, d)
+			_, _ = c.listen.Listen(lctx, keys[0], c.wake)
+			cancel()
+			d = max(0, d-time.Since(began))
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)

@@ -26,10 +26,11 @@ var subscribeTimeout = 10 * time.Second
 // on the key's shard (a Ring's shards forward no message at all). A client
 // of one server subscribes there. The Listener keeps one Pub/Sub connection
 // per server it was asked for, opened by that server's first Listen, until
-// Close, or until it is dropped: a SUBSCRIBE that cannot be written or is
-// not confirmed within 10 s (a half-open connection, a server that stopped
-// answering), or go-redis closing the server's client (a node that left
-// the Cluster). Its channels then hear nothing until a Listen for a key
+// Close, or until it is dropped: a SUBSCRIBE that cannot be written, or
+// that a Listen waited 10 s for in vain (a half-open connection, a server
+// that stopped answering; go-redis's health check often repairs the
+// connection first), or go-redis closing the server's client (a node that
+// left the Cluster). Its channels then hear nothing until a Listen for a key
 // there opens a new one; Subscribed reports false for them, and the
 // callers listen again before their next wait.
 //
@@ -64,6 +65,10 @@ type server struct {
 	ps   *redis.PubSub
 	done chan struct{} // closed when the dispatching goroutine ends
 	ops  chan struct{} // wakes the writer (buffer of one)
+	// ctx is the writer's, cancelled when the server is dropped, so that a
+	// write under way (a dial to a dead server) lets go of the PubSub.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	// mu protects the fields below. It is never held across a network
 	// call: the writer goroutine writes the queued SUBSCRIBEs and
@@ -156,11 +161,16 @@ func (l *Listener) server(ctx context.Context, key string, open bool) (*server, 
 		return nil, ErrClosed
 	}
 	s := l.servers[addr]
+	if s != nil && s.isGone() { // dropped a moment ago: its drop is removing it
+		delete(l.servers, addr)
+		s = nil
+	}
 	if s != nil || !open {
 		return s, nil
 	}
 	s = &server{addr: addr, ps: c.Subscribe(context.Background()), done: make(chan struct{}), ops: make(chan struct{}, 1),
 		chans: map[string]*chanState{}, changed: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	l.servers[addr] = s
 	msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	l.wg.Add(2)
@@ -189,7 +199,8 @@ func (l *Listener) server(ctx context.Context, key string, open bool) (*server, 
 // there opens a new one.
 func (l *Listener) drop(s *server) {
 	s.mu.Lock()
-	if !s.gone {
+	first := !s.gone
+	if first {
 		s.gone = true
 		s.signal()
 	}
@@ -199,7 +210,27 @@ func (l *Listener) drop(s *server) {
 		delete(l.servers, s.addr)
 	}
 	l.mu.Unlock()
-	s.ps.Close()
+	if !first {
+		return
+	}
+	s.cancel()
+	// PubSub.Close waits for go-redis's own lock, which a reconnection
+	// holds for seconds on a dead server: not on the caller's goroutine.
+	// (The dispatcher is still counted in l.wg: it runs drop only after
+	// its stream ended, and no one else has closed ps before the first
+	// drop.)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		s.ps.Close()
+	}()
+}
+
+// isGone reports whether s was dropped.
+func (s *server) isGone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
 }
 
 // write writes s's queued commands until s is dropped. A SUBSCRIBE that
@@ -224,7 +255,7 @@ func (l *Listener) write(s *server) {
 			o := s.queue[0]
 			s.queue = s.queue[1:]
 			s.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+			ctx, cancel := context.WithTimeout(s.ctx, subscribeTimeout)
 			var err error
 			if o.sub {
 				err = s.ps.Subscribe(ctx, o.name)
@@ -248,6 +279,11 @@ func (l *Listener) write(s *server) {
 // a message published in that moment is missed: the waiters call in on
 // their timers, as after any lost message. (Every caller's Listen that
 // gave up unlistens; package lock's RW also unlistens after each wait.)
+// Another: a channel's last Unlisten queues its UNSUBSCRIBE, go-redis
+// reconnects before the writer sends it and subscribes to the channel
+// again on its own, and a new Listen's entry takes that confirmation; the
+// UNSUBSCRIBE and the new SUBSCRIBE follow, in that order, so the gap
+// closes with them.
 func (s *server) confirmed(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -336,10 +372,14 @@ func (l *Listener) listen(ctx context.Context, key, name string) (*Sub, error) {
 			return nil, ctx.Err()
 		case <-timeout:
 			s.mu.Lock()
-			ok := c.ok && !s.gone
+			ok, gone := c.ok && !s.gone, s.gone
 			s.mu.Unlock()
 			if ok {
 				return sub, nil
+			}
+			if gone {
+				sub.Unlisten()
+				return nil, errGone
 			}
 			// Written and not confirmed in that time: a half-open
 			// connection, or a server that stopped answering. Its other
@@ -392,7 +432,7 @@ func (l *Listener) Close() {
 	}
 	l.mu.Unlock()
 	for _, s := range servers {
-		s.ps.Close()
+		l.drop(s)
 	}
 	l.wg.Wait()
 }
