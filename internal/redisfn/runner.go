@@ -309,32 +309,27 @@ type AsyncCaller interface {
 }
 
 // Go is Run without waiting: fn gets the answer, once, from another
-// goroutine, and must not block. The first calls, while the Runner
-// decides, and the reload and second call after "Function not found" run
-// on goroutines of their own (rare: at a client's start, and once per
+// goroutine, and must not block. After "Function not found" the reload
+// and the second call run on a goroutine of their own (rare: once per
 // node that lost the library).
 func (r *Runner) Go(ctx context.Context, c AsyncCaller, s *Script, keys []string, args []any, fn func(*redis.Cmd)) {
 	if r.Mode() == Undecided {
 		// The load must not hold up the caller (redlock sends to its
 		// masters one after another from one goroutine, and a silent
-		// master would stall the others): it runs on a goroutine of its
-		// own, bounded by the call's ctx (and loadTimeout), which then
-		// sends the call (Close waits for it). (Sending the call by
-		// EVALSHA at once, the load beside it, made a fresh Redlock
-		// client's first round miss a master's level now and then:
-		// TestHandOffYieldsToOtherClients failed 3 runs in 30, and none in
-		// 40 this way.)
-		r.bg.Add(1)
-		go func() {
-			defer r.bg.Done()
-			if r.mu.TryLock() {
-				lctx, cancel := context.WithTimeout(ctx, loadTimeout)
+		// master would stall the others), nor use up the call's time:
+		// the call goes by EVALSHA now, the load runs in the background
+		// (one at a time, bounded by loadTimeout; Close waits for it).
+		if r.mu.TryLock() {
+			r.bg.Add(1)
+			go func() {
+				defer r.bg.Done()
+				defer r.mu.Unlock()
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+				defer cancel()
 				r.decideLocked(lctx)
-				cancel()
-				r.mu.Unlock()
-			}
-			r.send(ctx, c, s, keys, args, fn)
-		}()
+			}()
+		}
+		c.Go(ctx, s.eval, keys, args, fn)
 		return
 	}
 	r.send(ctx, c, s, keys, args, fn)
