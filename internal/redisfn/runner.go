@@ -319,6 +319,11 @@ func (r *Runner) Go(ctx context.Context, c AsyncCaller, s *Script, keys []string
 		// master would stall the others), nor use up the call's time:
 		// the call goes by EVALSHA now, the load runs in the background
 		// (one at a time, bounded by loadTimeout; Close waits for it).
+		// The call is queued here, on the caller's goroutine, so that a
+		// client's calls keep their order: sent from a goroutine after
+		// the decision (700ed80, reverted), a Redlock give-back's release
+		// could run before the acquisition it undid and leave a level
+		// behind (TestHandOffEndsWithCtx, the model-based test).
 		if r.mu.TryLock() {
 			r.bg.Add(1)
 			go func() {
