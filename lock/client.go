@@ -406,7 +406,9 @@ func (c *Client) attempts(ctx context.Context, key string, wait bool, o obtainOp
 			d = min(d, c.o.waiterTimeout/3, grant/2)
 		}
 		if queue && notified {
-			d = c.listenAgain(ctx, keys[0], d)
+			// Its connection dropped, or the key moved, while it waited:
+			// listen again within the wait's bound (notify.Relisten).
+			_, d = c.listen.Relisten(ctx, keys[0], c.chanPrefix+c.id, d)
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)
@@ -620,24 +622,6 @@ func (c *Client) wake(msg string) { notify.Deliver(msg, &c.mu, c.waiterLocked) }
 // waiterLocked returns the channel of the local waiter with call id id, or
 // nil. c.mu is held.
 func (c *Client) waiterLocked(id string) chan int64 { return c.waiters[id] }
-
-// listenAgain subscribes the client's channel on key's server again if its
-// connection was dropped while a waiter waited (a server that confirmed
-// nothing in time, a node gone), or the key moved to another server: else
-// the waiter hears nothing until its call-in. It spends at most d, the
-// wait's bound, and returns what is left of it: the call-in comes no
-// later than it would have. A failure leaves the call-in; ctx and Close
-// are seen by the wait.
-func (c *Client) listenAgain(ctx context.Context, key string, d time.Duration) time.Duration {
-	if c.listen.Subscribed(ctx, key, c.chanPrefix+c.id) {
-		return d
-	}
-	began := time.Now()
-	lctx, cancel := context.WithTimeout(ctx, d)
-	_, _ = c.listen.Listen(lctx, key, c.chanPrefix+c.id)
-	cancel()
-	return max(0, d-time.Since(began))
-}
 
 // subscribe makes sure the client's wake-up channel is subscribed on the
 // server that holds key (the master of its slot on a Cluster) before any of

@@ -249,20 +249,12 @@ func (rw *RW) obtainLease(ctx context.Context, mode, key string, wait bool, opts
 		if o.Retry != nil {
 			d = o.Retry(attempt)
 		}
-		if !rw.listen.Subscribed(ctx, keys[0], keys[4]) {
-			// The connection was dropped while this waiter waited, or the
-			// key moved to another server: listen again, within the
-			// wait's bound (the call-in comes no later), or hear nothing
-			// until the call-in. A failure leaves the call-in; ctx and
-			// Close are seen below.
-			began := time.Now()
-			lctx, cancel := context.WithTimeout(ctx, d)
-			if s, err := rw.listen.Listen(lctx, keys[0], keys[4]); err == nil {
-				sub.Unlisten() // the old server's (if it still lives, its count drops)
-				sub = s
-			}
-			cancel()
-			d = max(0, d-time.Since(began))
+		// Its connection dropped, or the key moved, while it waited:
+		// listen again within the wait's bound (notify.Relisten).
+		var again *notify.Sub
+		if again, d = rw.listen.Relisten(ctx, keys[0], keys[4], d); again != nil {
+			sub.Unlisten() // the old server's (if it still lives, its count drops)
+			sub = again
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)

@@ -318,18 +318,9 @@ func (c *Client) acquirePermit(ctx context.Context, name string, wait bool, opts
 		if len(res) >= 2 && res[1] >= 0 {
 			d = min(d, time.Duration(res[1])*time.Millisecond+time.Millisecond)
 		}
-		if !c.listen.Subscribed(ctx, keys[0], c.wake) {
-			// The connection was dropped while this waiter waited, or
-			// the semaphore moved to another server: listen again, within
-			// the wait's bound (the call-in comes no later), or hear
-			// nothing until the call-in. A failure leaves the call-in;
-			// ctx and Close are seen below.
-			began := time.Now()
-			lctx, cancel := context.WithTimeout(ctx, d)
-			_, _ = c.listen.Listen(lctx, keys[0], c.wake)
-			cancel()
-			d = max(0, d-time.Since(began))
-		}
+		// Its connection dropped, or the semaphore moved, while it
+		// waited: listen again within the wait's bound (notify.Relisten).
+		_, d = c.listen.Relisten(ctx, keys[0], c.wake, d)
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {

@@ -394,6 +394,26 @@ func (l *Listener) listen(ctx context.Context, key, name string) (*Sub, error) {
 	return sub, nil
 }
 
+// Relisten is Listen for a waiter already queued, before its next wait of
+// at most d: if channel is not subscribed on key's server (its connection
+// was dropped, or the key moved), it listens there, spending at most d,
+// and returns the new Sub (nil if none was needed or it failed) and what
+// is left of d, so that the waiter's call-in comes no later. A failure
+// leaves the waiter to its call-in.
+func (l *Listener) Relisten(ctx context.Context, key, channel string, d time.Duration) (*Sub, time.Duration) {
+	if l.Subscribed(ctx, key, channel) {
+		return nil, d
+	}
+	began := time.Now()
+	lctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sub, err := l.Listen(lctx, key, channel)
+	if err != nil {
+		sub = nil
+	}
+	return sub, max(0, d-time.Since(began))
+}
+
 // Unlisten takes back the Listen that returned sub; the last one of its
 // channel on its server unsubscribes it. A second call does nothing.
 func (sub *Sub) Unlisten() {
